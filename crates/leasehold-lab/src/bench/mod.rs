@@ -1,0 +1,1 @@
+//! Benchmarks, each measured against a baseline in the same run.

@@ -1,0 +1,1 @@
+//! The live demo: every failure of a naive lock, and its fix.

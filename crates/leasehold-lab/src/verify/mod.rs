@@ -1,0 +1,1 @@
+//! Fault-injection verification: which strategy keeps data correct under which fault.

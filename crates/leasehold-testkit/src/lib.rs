@@ -1,0 +1,30 @@
+//! Real servers for leasehold's tests, its demo and its fault-injection verifier.
+//!
+//! * [`RedisServer`]: a private `redis-server` on a free loopback port that can be paused (SIGSTOP),
+//!   resumed, killed, restarted without persistence (it comes back empty), and paired as a replica.
+//! * [`free_port`]: a free TCP port on 127.0.0.1.
+//! * [`postgres_url`]: where tests find PostgreSQL.
+//!
+//! Nothing here mocks a server: every fault is done to a real process.
+#![forbid(unsafe_code)]
+
+mod redis_server;
+
+pub use redis_server::{redis_server_available, RedisServer, RedisServerBuilder};
+
+use std::net::TcpListener;
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding 127.0.0.1:0 must work on any machine that runs tests")
+}
+
+/// PostgreSQL URL for tests: `LEASEHOLD_TEST_DATABASE_URL`, else the local default
+/// `postgres://postgres@127.0.0.1:5432/test`.
+pub fn postgres_url() -> String {
+    std::env::var("LEASEHOLD_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}

@@ -1,0 +1,368 @@
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Whether a `redis-server` binary can be started (`REDIS_SERVER_BIN` or `redis-server` on `PATH`).
+pub fn redis_server_available() -> bool {
+    Command::new(binary())
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn binary() -> PathBuf {
+    std::env::var_os("REDIS_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
+}
+
+/// Settings for a private `redis-server`.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct RedisServerBuilder {
+    port: Option<u16>,
+    acl_user: Option<(String, String)>,
+    replica_of: Option<u16>,
+    extra: Vec<String>,
+}
+
+impl RedisServerBuilder {
+    /// Listen on this port instead of a free one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    /// Create ACL user `user` with `password` and all permissions, and disable the passwordless
+    /// `default` user.
+    pub fn acl_user(mut self, user: &str, password: &str) -> Self {
+        self.acl_user = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// Start as a replica of the server on `primary_port`.
+    pub fn replica_of(mut self, primary_port: u16) -> Self {
+        self.replica_of = Some(primary_port);
+        self
+    }
+
+    /// Any other `redis-server` argument, e.g. `--maxclients`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra.push(arg.into());
+        self
+    }
+
+    /// Starts the server and waits until it answers `PING` (or, with an ACL user, until it accepts
+    /// connections).
+    pub fn start(self) -> io::Result<RedisServer> {
+        let dir = tempfile::Builder::new()
+            .prefix("leasehold-redis-")
+            .tempdir()?;
+        let port = self.port.unwrap_or_else(crate::free_port);
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            builder: self,
+            paused: false,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+}
+
+/// A private `redis-server` on 127.0.0.1, killed on drop. It keeps nothing on disk (`--save ""`,
+/// `--appendonly no`), so [`restart`](Self::restart) brings it back empty, as a real restart without
+/// persistence does.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    builder: RedisServerBuilder,
+    paused: bool,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port with default settings.
+    pub fn start() -> io::Result<Self> {
+        Self::builder().start()
+    }
+
+    /// A builder for non-default settings.
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::default()
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/` (with credentials when an ACL user was configured).
+    pub fn url(&self) -> String {
+        match &self.builder.acl_user {
+            Some((u, p)) => format!("redis://{u}:{p}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// The server's working directory (its log is `redis.log` there).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGSTOP: the server stops answering; connections stay open and requests hang.
+    pub fn pause(&mut self) -> io::Result<()> {
+        self.signal(Signal::SIGSTOP)?;
+        self.paused = true;
+        Ok(())
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&mut self) -> io::Result<()> {
+        self.signal(Signal::SIGCONT)?;
+        self.paused = false;
+        Ok(())
+    }
+
+    /// SIGKILL and reap: the server is gone at once, with whatever it had not replicated.
+    pub fn kill(&mut self) -> io::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            if self.paused {
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+                self.paused = false;
+            }
+            let _ = child.kill();
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Kills the server and starts it again on the same port, empty (no persistence). A replica is
+    /// restarted as a replica of the same primary.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill()?;
+        self.spawn()
+    }
+
+    /// Makes this server a replica of `primary` and waits until the link is up and the initial sync
+    /// is done.
+    pub fn replicate_from(&mut self, primary: &RedisServer) -> io::Result<()> {
+        self.builder.replica_of = Some(primary.port);
+        let mut con = self.connection()?;
+        redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(primary.port)
+            .query::<()>(&mut con)
+            .map_err(io::Error::other)?;
+        self.wait_until_synced()
+    }
+
+    /// Waits (up to 10 s) until this replica reports `master_link_status:up`.
+    pub fn wait_until_synced(&self) -> io::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut con = self.connection()?;
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut con)
+                .map_err(io::Error::other)?;
+            if info.contains("master_link_status:up") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::other(format!(
+                    "replica on port {} did not sync within 10 s: {info}",
+                    self.port
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Promotes this replica to primary (`REPLICAOF NO ONE`), as a failover does.
+    pub fn promote(&mut self) -> io::Result<()> {
+        self.builder.replica_of = None;
+        let mut con = self.connection()?;
+        redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query::<()>(&mut con)
+            .map_err(io::Error::other)
+    }
+
+    /// A synchronous connection for test set-up and assertions.
+    pub fn connection(&self) -> io::Result<redis::Connection> {
+        let client = redis::Client::open(self.url()).map_err(io::Error::other)?;
+        client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .map_err(io::Error::other)
+    }
+
+    fn signal(&self, sig: Signal) -> io::Result<()> {
+        let child = self
+            .child
+            .as_ref()
+            .ok_or_else(|| io::Error::other("redis-server is not running"))?;
+        kill(Pid::from_raw(child.id() as i32), sig).map_err(io::Error::from)
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        let b = &self.builder;
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(self.dir.path())
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .args(["--logfile", "redis.log"])
+            .args(["--dir", &self.dir.path().to_string_lossy()]);
+        if let Some((user, pass)) = &b.acl_user {
+            let password = format!(">{pass}");
+            cmd.args(["--user", user, "on", &password, "~*", "&*", "+@all"])
+                .args(["--user", "default", "off"]);
+        }
+        if let Some(primary) = b.replica_of {
+            cmd.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
+        }
+        cmd.args(&b.extra);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "could not start {}: {e}; install it (apt-get install -y redis-server) or set REDIS_SERVER_BIN",
+                    binary().display()
+                ),
+            )
+        })?;
+        self.child = Some(child);
+        self.paused = false;
+        self.wait_until_up()
+    }
+
+    fn wait_until_up(&mut self) -> io::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut con) = self.connection() {
+                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                    return Ok(());
+                }
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    let log = std::fs::read_to_string(self.dir.path().join("redis.log"))
+                        .unwrap_or_default();
+                    self.child = None;
+                    return Err(io::Error::other(format!(
+                        "redis-server on port {} exited at start ({status}): {log}",
+                        self.port
+                    )));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::other(format!(
+                    "redis-server on port {} did not answer PING within 10 s",
+                    self.port
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_comes_back_empty_and_replicas_follow() {
+        let mut primary = RedisServer::start().unwrap();
+        let mut con = primary.connection().unwrap();
+        redis::cmd("SET")
+            .arg("k")
+            .arg("v")
+            .query::<()>(&mut con)
+            .unwrap();
+
+        let replica = RedisServer::builder()
+            .replica_of(primary.port())
+            .start()
+            .unwrap();
+        replica.wait_until_synced().unwrap();
+        let mut rcon = replica.connection().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let v: Option<String> = redis::cmd("GET").arg("k").query(&mut rcon).unwrap();
+            if v.as_deref() == Some("v") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "replica never got the key");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        primary.restart().unwrap();
+        let mut con = primary.connection().unwrap();
+        let v: Option<String> = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+        assert_eq!(v, None, "a restart without persistence must lose the data");
+    }
+
+    #[test]
+    fn paused_server_does_not_answer_until_resumed() {
+        let mut server = RedisServer::start().unwrap();
+        server.pause().unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut con = client.get_connection_with_timeout(Duration::from_millis(200));
+        if let Ok(c) = con.as_mut() {
+            c.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            assert!(redis::cmd("PING").query::<String>(c).is_err());
+        }
+        server.resume().unwrap();
+        let mut con = server.connection().unwrap();
+        assert_eq!(
+            redis::cmd("PING").query::<String>(&mut con).unwrap(),
+            "PONG"
+        );
+    }
+
+    #[test]
+    fn acl_user_is_required() {
+        let server = RedisServer::builder()
+            .acl_user("app", "s3cret")
+            .start()
+            .unwrap();
+        let mut con = server.connection().unwrap();
+        assert_eq!(
+            redis::cmd("PING").query::<String>(&mut con).unwrap(),
+            "PONG"
+        );
+        let anon = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port())).unwrap();
+        let res = anon
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .and_then(|mut c| redis::cmd("GET").arg("x").query::<Option<String>>(&mut c));
+        assert!(res.is_err(), "the default user must be off");
+    }
+}

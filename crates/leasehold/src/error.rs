@@ -1,0 +1,278 @@
+//! The one error type of the crate. Every variant says, in the caller's terms, what went wrong, and
+//! [`Error::is_retryable`] says whether trying again can help.
+
+use std::time::Duration;
+
+use crate::fence::Fence;
+
+/// Result with leasehold's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The step of a lease's life during which Redis failed; carried by [`Error::Redis`] so that an
+/// operator knows whether a lease may have been taken (acquire), may still be held (release) or may be
+/// about to be lost (renew).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Opening the connection (includes AUTH and TLS).
+    Connect,
+    /// Acquiring a lease.
+    Acquire,
+    /// Waiting for a busy lease to be released.
+    Wait,
+    /// Renewing a lease.
+    Renew,
+    /// Releasing a lease.
+    Release,
+    /// Waiting for replicas to acknowledge the lock write (`WAIT`).
+    Replicate,
+    /// Reading lease state (status, list).
+    Inspect,
+    /// A fenced write to a resource kept in Redis.
+    FencedWrite,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            Phase::Connect => "connect",
+            Phase::Acquire => "acquire",
+            Phase::Wait => "wait",
+            Phase::Renew => "renew",
+            Phase::Release => "release",
+            Phase::Replicate => "replicate",
+            Phase::Inspect => "inspect",
+            Phase::FencedWrite => "fenced write",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Why a held lease stopped being ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The holder's own deadline (measured from before the acquire was sent, minus drift) passed without
+    /// a successful renewal. Redis may not have expired the key yet; it does not matter.
+    DeadlinePassed,
+    /// Redis answered a renewal: the key no longer holds our token (it expired, or was force-released
+    /// and perhaps taken by someone else).
+    NotOurs,
+    /// The configured maximum hold time was reached; renewal stopped on purpose.
+    MaxHoldReached,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::DeadlinePassed => "its deadline passed without a successful renewal",
+            LostReason::NotOurs => "Redis no longer holds our token (expired or force-released)",
+            LostReason::MaxHoldReached => "the maximum hold time was reached",
+        })
+    }
+}
+
+/// Everything that can go wrong in leasehold.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lease is held by someone else and the caller chose not to wait (or no wait was left).
+    #[error("lease `{name}` is busy{}; try later or wait longer", remaining.map(|d| format!(" (held for about {} ms more)", d.as_millis())).unwrap_or_default())]
+    Busy {
+        /// Lease name.
+        name: String,
+        /// How long the current holder's lease still runs, when Redis said.
+        remaining: Option<Duration>,
+    },
+    /// Waited the full bound without getting the lease.
+    #[error("gave up waiting for lease `{name}` after {} ms", waited.as_millis())]
+    WaitTimeout {
+        /// Lease name.
+        name: String,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// The lease is no longer ours; anything done after this point may overlap with another holder.
+    #[error("lease `{name}` was lost: {reason}")]
+    LeaseLost {
+        /// Lease name.
+        name: String,
+        /// Why.
+        reason: LostReason,
+    },
+    /// Redis could not be reached or answered with an error.
+    #[error("redis failed during {phase}: {source}")]
+    Redis {
+        /// What we were doing.
+        phase: Phase,
+        /// The driver's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// `WAIT` after acquire returned fewer replica acknowledgements than asked for, under the
+    /// fail-closed policy: the lease was released again.
+    #[error("lease `{name}`: only {acked} of {wanted} replicas acknowledged the lock within the timeout; lease released (fail-closed)")]
+    NotReplicated {
+        /// Lease name.
+        name: String,
+        /// Replicas that acknowledged.
+        acked: i64,
+        /// Replicas asked for.
+        wanted: i64,
+    },
+    /// A configuration value or argument was refused before anything was sent.
+    #[error("invalid {what}: {why}")]
+    Invalid {
+        /// What was wrong (`lease name`, `ttl`, `redis url`, `idempotency key`, ...).
+        what: &'static str,
+        /// Why, and what to do instead.
+        why: String,
+    },
+    /// A resource refused a writer whose fence is older than one it already accepted.
+    #[error("stale fence for resource `{resource}`: presented {presented}, resource already accepted {current}; this writer's lease was lost, do not retry with the same fence")]
+    StaleFence {
+        /// Resource name.
+        resource: String,
+        /// Fence the writer presented.
+        presented: Fence,
+        /// Highest fence the resource has accepted.
+        current: Fence,
+    },
+    /// The database failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The idempotency key's first attempt is still running (HTTP 409 in the IETF draft's terms).
+    #[error("idempotency key `{key}` is in progress in another attempt; retry later")]
+    IdempotencyInProgress {
+        /// The key.
+        key: String,
+    },
+    /// The idempotency key was used before with a different request (HTTP 422 in the draft's terms).
+    #[error("idempotency key `{key}` was already used with a different request; use a new key for a new request")]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+    },
+    /// A row the operation needs does not exist.
+    #[error("{entity} `{id}` not found")]
+    NotFound {
+        /// What kind of row.
+        entity: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// A state transition that the declared table does not allow.
+    #[error("illegal transition {from} -> {to}: not in the transition table")]
+    IllegalTransition {
+        /// From state.
+        from: String,
+        /// To state.
+        to: String,
+    },
+    /// The row's state (or version) changed between read and conditional update.
+    #[error("lost race on {entity} `{id}`: expected {expected}, found {actual}")]
+    TransitionRace {
+        /// What kind of row.
+        entity: &'static str,
+        /// Its id.
+        id: String,
+        /// State or version the caller expected.
+        expected: String,
+        /// What the row holds now.
+        actual: String,
+    },
+    /// A bounded decrement would go below zero.
+    #[error("insufficient quantity for `{id}`: requested {requested}, available {available}")]
+    Insufficient {
+        /// Item id.
+        id: String,
+        /// Requested quantity.
+        requested: i64,
+        /// Quantity left.
+        available: i64,
+    },
+}
+
+impl Error {
+    /// Whether the same call may succeed if retried (after a pause or backoff): transient Redis or
+    /// database failures, busy leases, in-progress idempotency keys, lost races. `false` for errors that
+    /// retrying cannot fix (bad input, stale fence, reused key, illegal transition) and for a lost lease,
+    /// after which the caller must re-acquire rather than retry the write.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Busy { .. }
+            | Error::WaitTimeout { .. }
+            | Error::IdempotencyInProgress { .. }
+            | Error::TransitionRace { .. }
+            | Error::NotReplicated { .. } => true,
+            Error::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_timeout()
+                    || source.is_connection_dropped()
+                    || source.is_connection_refusal()
+                    || source.is_cluster_error()
+            }
+            Error::Database(e) => {
+                matches!(
+                    e,
+                    sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+                ) || is_serialization_failure(e)
+            }
+            Error::LeaseLost { .. }
+            | Error::Invalid { .. }
+            | Error::StaleFence { .. }
+            | Error::IdempotencyKeyReused { .. }
+            | Error::NotFound { .. }
+            | Error::IllegalTransition { .. }
+            | Error::Insufficient { .. } => false,
+        }
+    }
+
+    pub(crate) fn invalid(what: &'static str, why: impl Into<String>) -> Self {
+        Error::Invalid {
+            what,
+            why: why.into(),
+        }
+    }
+
+    pub(crate) fn redis(phase: Phase) -> impl FnOnce(redis::RedisError) -> Self {
+        move |source| Error::Redis { phase, source }
+    }
+}
+
+/// Serialization failures and deadlocks (PostgreSQL 40001/40P01, SQLite BUSY/LOCKED) are safe to retry:
+/// the database rolled the whole transaction back.
+fn is_serialization_failure(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => matches!(
+            db.code().as_deref(),
+            Some("40001") | Some("40P01") | Some("5") | Some("6") | Some("517") | Some("262")
+        ),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_problem_and_the_remedy() {
+        let busy = Error::Busy {
+            name: "orders".into(),
+            remaining: Some(Duration::from_millis(1500)),
+        };
+        assert_eq!(
+            busy.to_string(),
+            "lease `orders` is busy (held for about 1500 ms more); try later or wait longer"
+        );
+        assert!(busy.is_retryable());
+        let stale = Error::StaleFence {
+            resource: "ledger".into(),
+            presented: Fence::new(3),
+            current: Fence::new(7),
+        };
+        assert!(stale.to_string().contains("presented 3"));
+        assert!(!stale.is_retryable());
+    }
+}

@@ -1,0 +1,2 @@
+//! Inbox deduplication: a message id is recorded in the same transaction as the business write, so a
+//! redelivered message is recognised and skipped.

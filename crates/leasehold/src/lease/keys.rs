@@ -1,0 +1,88 @@
+use crate::error::{Error, Result};
+
+/// Longest lease name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 256;
+
+/// The Redis keys of one lease name. All three share the hash tag `{<prefix>:<name>}`, so in Redis
+/// Cluster they live in one slot and the Lua scripts may touch them together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseKeys {
+    /// Holds the current holder's token, and nothing else (interop with other `SET NX PX` locks).
+    pub lock: String,
+    /// The last fence issued for this name; never deleted by release.
+    pub fence: String,
+    /// Wake-up list a release pushes to, so waiters block instead of polling.
+    pub wake: String,
+}
+
+impl LeaseKeys {
+    /// Keys for `name` under `prefix`. Refuses an empty name, a name over [`MAX_NAME_LEN`] bytes, and
+    /// names containing `{`, `}` or control characters (they would break the hash tag or the output).
+    pub fn new(prefix: &str, name: &str) -> Result<Self> {
+        validate_name(name)?;
+        let tag = format!("{{{prefix}:{name}}}");
+        Ok(LeaseKeys {
+            lock: format!("{tag}:lock"),
+            fence: format!("{tag}:fence"),
+            wake: format!("{tag}:wake"),
+        })
+    }
+}
+
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid(
+            "lease name",
+            "it is empty; give the lease a name such as `nightly-import`",
+        ));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(
+            "lease name",
+            format!(
+                "it is {} bytes long; the limit is {MAX_NAME_LEN}",
+                name.len()
+            ),
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| *c == '{' || *c == '}' || c.is_control())
+    {
+        return Err(Error::invalid(
+            "lease name",
+            format!("it contains {c:?}; braces and control characters are not allowed (braces would break the Redis Cluster hash tag)"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = LeaseKeys::new("leasehold", "orders").unwrap();
+        assert_eq!(k.lock, "{leasehold:orders}:lock");
+        assert_eq!(k.fence, "{leasehold:orders}:fence");
+        assert_eq!(k.wake, "{leasehold:orders}:wake");
+    }
+
+    #[test]
+    fn garbage_names_are_refused_with_a_reason() {
+        for bad in ["", "a{b", "x}", "tab\there", &"n".repeat(MAX_NAME_LEN + 1)] {
+            let err = LeaseKeys::new("leasehold", bad).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Invalid {
+                        what: "lease name",
+                        ..
+                    }
+                ),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+}

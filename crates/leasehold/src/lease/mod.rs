@@ -1,0 +1,22 @@
+//! Leases on Redis: mutual exclusion for **efficiency**, with a fencing token for the resource.
+//!
+//! Promise: while no process pauses past its deadline and Redis keeps its data, at most one holder has
+//! a lease name at a time; every new holder gets a strictly larger [`Fence`](crate::Fence), even when
+//! Redis lost the keys; a holder is told (the [`LostSignal`]) as soon as its lease is no longer safe.
+//! Limit: a process pause longer than the lease, or a failover before the lock write replicated, gives
+//! two holders. Nothing in Redis prevents it. If double execution would corrupt data, fence or
+//! constrain at the resource ([`crate::fence`], [`crate::idempotency`], [`crate::state`]).
+//!
+//! Layout: [`options`] (validated per-lease settings), [`client`] (connection, acquire, inspect),
+//! [`guard`] (the held [`Lease`] and its [`LostSignal`]), `keys` (hash-tagged key names), `scripts`
+//! (one `.lua` file per script, each behind one typed function).
+
+pub mod client;
+pub mod guard;
+mod keys;
+pub mod options;
+
+pub use client::{ForcedRelease, LeaseClient, LeaseClientBuilder, LeaseInfo};
+pub use guard::{Lease, LostSignal};
+pub use keys::{LeaseKeys, MAX_NAME_LEN};
+pub use options::{LeaseOptions, LeaseOptionsBuilder, ReplicaPolicy};

@@ -1,0 +1,236 @@
+//! Per-lease settings, validated once by [`LeaseOptionsBuilder::build`].
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// What to do when `WAIT` after acquire gets fewer replica acknowledgements than asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaPolicy {
+    /// Release the lease and fail with [`Error::NotReplicated`]: a failover right now could hand the
+    /// lease to someone else, so do not start.
+    FailClosed,
+    /// Keep the lease and go on (logged and counted): prefer availability.
+    FailOpen,
+}
+
+/// Settings for one acquisition. Cheap to clone; build with [`LeaseOptions::builder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOptions {
+    /// Lease length on the Redis server; also the base of the holder's own deadline.
+    pub(crate) ttl: Duration,
+    /// How often the watchdog renews; must be shorter than `ttl - drift` or the lease lapses between
+    /// renewals.
+    pub(crate) renew_every: Option<Duration>,
+    /// Safety margin subtracted from the holder's deadline for clock rate differences and the reply's
+    /// travel time.
+    pub(crate) drift: Duration,
+    /// Hard cap on the critical section: renewal stops and the lost signal fires when reached.
+    pub(crate) max_hold: Option<Duration>,
+    /// `WAIT numreplicas timeout` after acquire, and what to do when it falls short.
+    pub(crate) replicas: Option<(u32, Duration, ReplicaPolicy)>,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions::builder()
+            .build()
+            .expect("the default options are valid")
+    }
+}
+
+impl LeaseOptions {
+    /// Longest TTL accepted (a day); a lease longer than that is a configuration mistake.
+    pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+    /// Shortest TTL accepted.
+    pub const MIN_TTL: Duration = Duration::from_millis(10);
+
+    /// Starts a builder with the defaults: TTL 30 s, renew every TTL/3, drift 1% of TTL + 2 ms, no
+    /// maximum hold, no replica wait.
+    pub fn builder() -> LeaseOptionsBuilder {
+        LeaseOptionsBuilder::default()
+    }
+
+    /// Shorthand for `builder().ttl(ttl).build()`.
+    pub fn with_ttl(ttl: Duration) -> Result<Self> {
+        Self::builder().ttl(ttl).build()
+    }
+
+    /// The lease length.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The watchdog's renewal period, or `None` when renewal is off.
+    pub fn renew_every(&self) -> Option<Duration> {
+        self.renew_every
+    }
+
+    /// The drift allowance subtracted from the holder's deadline.
+    pub fn drift(&self) -> Duration {
+        self.drift
+    }
+
+    /// The maximum hold time, if any.
+    pub fn max_hold(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// The replica wait, if any: `(numreplicas, timeout, policy)`.
+    pub fn replicas(&self) -> Option<(u32, Duration, ReplicaPolicy)> {
+        self.replicas
+    }
+}
+
+/// Builder for [`LeaseOptions`]; every check happens in [`build`](Self::build).
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct LeaseOptionsBuilder {
+    ttl: Option<Duration>,
+    renew_every: Option<Option<Duration>>,
+    drift: Option<Duration>,
+    max_hold: Option<Duration>,
+    replicas: Option<(u32, Duration, ReplicaPolicy)>,
+}
+
+impl LeaseOptionsBuilder {
+    /// Lease length (default 30 s). Between 10 ms and 24 h.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Renewal period (default TTL/3). Must be shorter than `ttl - drift`.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(Some(every));
+        self
+    }
+
+    /// Turns the watchdog off: the lease lives for one TTL unless [`crate::Lease::renew`] is called.
+    pub fn no_renewal(mut self) -> Self {
+        self.renew_every = Some(None);
+        self
+    }
+
+    /// Drift allowance (default 1% of TTL + 2 ms). Must be shorter than the TTL.
+    pub fn drift(mut self, drift: Duration) -> Self {
+        self.drift = Some(drift);
+        self
+    }
+
+    /// Maximum hold time: a hard cap on the critical section, after which renewal stops and the lost
+    /// signal fires.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// After acquiring, run `WAIT numreplicas timeout` and apply `policy` when fewer replicas
+    /// acknowledged. Narrows the failover window; never closes it.
+    pub fn wait_for_replicas(
+        mut self,
+        numreplicas: u32,
+        timeout: Duration,
+        policy: ReplicaPolicy,
+    ) -> Self {
+        self.replicas = Some((numreplicas, timeout, policy));
+        self
+    }
+
+    /// Validates and builds. Refuses a TTL out of range, a drift not shorter than the TTL, a renewal
+    /// period of zero or not shorter than `ttl - drift`, a zero maximum hold, and a replica wait for zero
+    /// replicas or with a zero timeout, each with a message that names the value and the fix.
+    pub fn build(self) -> Result<LeaseOptions> {
+        let ttl = self.ttl.unwrap_or(Duration::from_secs(30));
+        if ttl < LeaseOptions::MIN_TTL || ttl > LeaseOptions::MAX_TTL {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{} ms is out of range; use between {} ms and {} s",
+                    ttl.as_millis(),
+                    LeaseOptions::MIN_TTL.as_millis(),
+                    LeaseOptions::MAX_TTL.as_secs()
+                ),
+            ));
+        }
+        let drift = self.drift.unwrap_or(ttl / 100 + Duration::from_millis(2));
+        if drift >= ttl {
+            return Err(Error::invalid(
+                "drift",
+                format!(
+                    "{} ms is not shorter than the ttl ({} ms)",
+                    drift.as_millis(),
+                    ttl.as_millis()
+                ),
+            ));
+        }
+        let renew_every = self.renew_every.unwrap_or(Some(ttl / 3));
+        if let Some(every) = renew_every {
+            if every.is_zero() || every >= ttl - drift {
+                return Err(Error::invalid(
+                    "renew interval",
+                    format!(
+                        "{} ms must be above zero and shorter than ttl - drift ({} ms), or the lease lapses between renewals",
+                        every.as_millis(),
+                        (ttl - drift).as_millis()
+                    ),
+                ));
+            }
+        }
+        if let Some(max) = self.max_hold {
+            if max.is_zero() {
+                return Err(Error::invalid(
+                    "max hold",
+                    "0 would lose the lease at once; leave it unset for no cap",
+                ));
+            }
+        }
+        if let Some((n, timeout, _)) = self.replicas {
+            if n == 0 || timeout.is_zero() {
+                return Err(Error::invalid(
+                    "replica wait",
+                    "numreplicas and timeout must both be above zero (WAIT with timeout 0 blocks forever)",
+                ));
+            }
+        }
+        Ok(LeaseOptions {
+            ttl,
+            renew_every,
+            drift,
+            max_hold: self.max_hold,
+            replicas: self.replicas,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let o = LeaseOptions::default();
+        assert_eq!(o.ttl(), Duration::from_secs(30));
+        assert_eq!(o.renew_every(), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn bad_settings_are_refused_at_build_time() {
+        let ms = Duration::from_millis;
+        let cases = [
+            LeaseOptions::builder().ttl(Duration::ZERO),
+            LeaseOptions::builder().ttl(Duration::from_secs(10 * 24 * 3600)),
+            LeaseOptions::builder().ttl(ms(1000)).renew_every(ms(1000)),
+            LeaseOptions::builder()
+                .ttl(ms(1000))
+                .renew_every(Duration::ZERO),
+            LeaseOptions::builder().ttl(ms(1000)).drift(ms(1000)),
+            LeaseOptions::builder().max_hold(Duration::ZERO),
+            LeaseOptions::builder().wait_for_replicas(0, ms(10), ReplicaPolicy::FailClosed),
+        ];
+        for b in cases {
+            let dbg = format!("{b:?}");
+            assert!(matches!(b.build(), Err(Error::Invalid { .. })), "{dbg}");
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Conditional updates and state machines: rules the database enforces in one statement.

@@ -235,6 +235,7 @@ impl Error {
         }
     }
 
+    #[allow(dead_code)] // used by the lease implementation
     pub(crate) fn redis(phase: Phase) -> impl FnOnce(redis::RedisError) -> Self {
         move |source| Error::Redis { phase, source }
     }

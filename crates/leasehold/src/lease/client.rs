@@ -564,7 +564,7 @@ impl LeaseClient {
             .get()
             .await
             .map_err(Error::redis(Phase::Wait))?;
-        let secs = format!("{:.3}", block.as_secs_f64());
+        let secs = format!("{:.3}", block.as_secs_f64().max(0.001)); // never "0": that blocks forever
         let reply = tokio::time::timeout(
             block + self.inner.response_timeout,
             redis::cmd("BLPOP")

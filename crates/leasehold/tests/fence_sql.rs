@@ -271,7 +271,7 @@ async fn migrate_is_idempotent_and_safe_concurrently() {
                 &[]
             )
             .await,
-            Some(1)
+            Some(2)
         );
         t.cleanup().await;
     }

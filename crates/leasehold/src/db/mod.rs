@@ -503,6 +503,20 @@ impl Tx {
         })
     }
 
+    /// The database's clock in milliseconds since 1970: one clock for every process, so lock timeouts
+    /// and retention do not depend on the callers' clocks agreeing.
+    pub(crate) async fn now_ms(&mut self) -> Result<i64> {
+        let sql = match self.backend() {
+            Backend::Postgres => "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
+            Backend::Sqlite => {
+                "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+            }
+        };
+        self.fetch_i64(sql, &[])
+            .await?
+            .ok_or_else(|| Error::invalid("database clock", "the database returned no time"))
+    }
+
     /// Commits. Until this returns `Ok`, nothing of the transaction is visible to others.
     pub async fn commit(self) -> Result<()> {
         match self.inner {

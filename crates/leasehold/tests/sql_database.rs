@@ -101,3 +101,44 @@ async fn own_migrations_table_leaves_sqlx_migrations_alone() {
         t.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn forgetting_migrate_says_what_to_do() {
+    let db = Database::connect("sqlite::memory:").await.unwrap();
+    let err = db.begin_fenced("r", Fence::new(1)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Invalid {
+                what: "database schema",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("migrate()"), "{err}");
+    let mut tx = db.begin().await.unwrap();
+    let err = leasehold::inbox::Inbox::new("c")
+        .unwrap()
+        .record(&mut tx, "m")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("migrate()"), "{err}");
+}
+
+#[tokio::test]
+async fn forgetting_migrate_says_what_to_do_on_postgres() {
+    let schema = format!("lh_test_nomig_{:08x}", rand::random::<u32>());
+    let db = Database::builder(leasehold_testkit::postgres_url())
+        .postgres_schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    let err = db.begin_fenced("r", Fence::new(1)).await.unwrap_err();
+    assert!(err.to_string().contains("migrate()"), "{err}");
+    let mut tx = db.begin().await.unwrap();
+    tx.execute(&format!("DROP SCHEMA {schema} CASCADE"), &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}

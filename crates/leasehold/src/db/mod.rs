@@ -241,6 +241,26 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") || db.code().as_deref() == Some("42P06"))
 }
 
+/// Turns "no such table" on one of leasehold's own tables into an error that says what to do.
+pub(crate) fn missing_tables_hint(e: Error) -> Error {
+    let missing = match &e {
+        Error::Database(sqlx::Error::Database(db)) => {
+            db.code().as_deref() == Some("42P01") || db.message().contains("no such table")
+        }
+        _ => false,
+    };
+    if missing {
+        Error::invalid(
+            "database schema",
+            format!(
+                "{e}; leasehold's tables are missing: call Database::migrate() once at startup"
+            ),
+        )
+    } else {
+        e
+    }
+}
+
 /// Refuses anything but a plain SQL identifier (`[A-Za-z_][A-Za-z0-9_]*`, 1..=63 bytes), so that a
 /// table, column or schema name can be put into SQL text without any chance of injection.
 pub(crate) fn check_identifier(what: &'static str, name: &str) -> Result<()> {

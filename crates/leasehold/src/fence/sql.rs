@@ -2,7 +2,7 @@
 //! transaction.
 
 use super::Fence;
-use crate::db::{check_key, Conn, Database, Tx};
+use crate::db::{check_key, missing_tables_hint, Conn, Database, Tx};
 use crate::{Error, Result};
 
 /// Stores `fence` as `resource`'s fence only if it is not older than the stored one; returns the row's
@@ -44,16 +44,17 @@ pub async fn check(tx: &mut Tx, resource: &str, fence: Fence) -> Result<()> {
                 .bind(resource)
                 .bind(presented)
                 .fetch_optional(c)
-                .await?
+                .await
         }
         Conn::Sqlite(c) => {
             sqlx::query_scalar(UPSERT)
                 .bind(resource)
                 .bind(presented)
                 .fetch_optional(c)
-                .await?
+                .await
         }
-    };
+    }
+    .map_err(|e| missing_tables_hint(e.into()))?;
     if accepted.is_some() {
         return Ok(());
     }

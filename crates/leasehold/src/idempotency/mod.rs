@@ -37,7 +37,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 
-use crate::db::{check_key, Backend, Database, Param, Tx};
+use crate::db::{check_key, missing_tables_hint, Backend, Database, Param, Tx};
 use crate::{Error, Result};
 
 /// The response of an idempotent request.
@@ -193,7 +193,8 @@ impl IdempotencyStore {
                     Param::Text(&owner),
                 ],
             )
-            .await?;
+            .await
+            .map_err(missing_tables_hint)?;
         let resume_after = if inserted == 1 {
             None
         } else {

@@ -27,6 +27,7 @@
 //! # let _ = rows; Ok(()) }
 //! ```
 
+pub mod metrics;
 mod migrate;
 
 use std::borrow::Cow;

@@ -27,6 +27,7 @@
 //! # let _ = rows; Ok(()) }
 //! ```
 
+pub mod metrics;
 mod migrate;
 
 use std::borrow::Cow;
@@ -193,7 +194,17 @@ impl DatabaseBuilder {
             } else {
                 self.max_connections.unwrap_or(4)
             })
-            .acquire_timeout(self.acquire_timeout);
+            .acquire_timeout(self.acquire_timeout)
+            .after_release(|conn, _meta| {
+                Box::pin(async move {
+                    // A task cancelled while its `BEGIN` was in flight can leave the connection
+                    // inside a transaction nothing owns (sqlx-sqlite 0.8 hands the BEGIN's reply to
+                    // a receiver that may already be gone), holding the write lock. Let the worker
+                    // finish what is queued, then drop such a connection: closing rolls it back.
+                    sqlx::Connection::ping(&mut *conn).await?;
+                    Ok(!sqlx::Connection::is_in_transaction(&*conn))
+                })
+            });
         if in_memory {
             // The database lives only as long as its one connection.
             pool_options = pool_options
@@ -239,6 +250,26 @@ fn is_sqlite_memory(url: &str) -> bool {
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") || db.code().as_deref() == Some("42P06"))
+}
+
+/// Turns "no such table" on one of leasehold's own tables into an error that says what to do.
+pub(crate) fn missing_tables_hint(e: Error) -> Error {
+    let missing = match &e {
+        Error::Database(sqlx::Error::Database(db)) => {
+            db.code().as_deref() == Some("42P01") || db.message().contains("no such table")
+        }
+        _ => false,
+    };
+    if missing {
+        Error::invalid(
+            "database schema",
+            format!(
+                "{e}; leasehold's tables are missing: call Database::migrate() once at startup"
+            ),
+        )
+    } else {
+        e
+    }
 }
 
 /// Refuses anything but a plain SQL identifier (`[A-Za-z_][A-Za-z0-9_]*`, 1..=63 bytes), so that a
@@ -305,7 +336,9 @@ impl Database {
     }
 
     /// Wraps a SQLite pool you configured yourself. Set a busy timeout on it, or concurrent writers
-    /// fail with `SQLITE_BUSY` instead of waiting.
+    /// fail with `SQLITE_BUSY` instead of waiting; and an `after_release` hook that drops connections
+    /// still inside a transaction (see the source of [`DatabaseBuilder::connect`]), or a task
+    /// cancelled during `BEGIN` can leave one holding the write lock.
     pub fn from_sqlite(pool: SqlitePool) -> Self {
         Database {
             pool: Pool::Sqlite(pool),

@@ -22,7 +22,7 @@
 
 use futures::future::BoxFuture;
 
-use crate::db::{check_key, Database, Param, Tx};
+use crate::db::{check_key, missing_tables_hint, Database, Param, Tx};
 use crate::Result;
 
 /// Whether this delivery of a message is the first to be applied.
@@ -72,7 +72,9 @@ impl Inbox {
                     Param::I64(now),
                 ],
             )
-            .await?;
+            .await
+            .map_err(missing_tables_hint)?;
+        crate::db::metrics::inbox(inserted != 1);
         Ok(if inserted == 1 {
             Delivery::First
         } else {

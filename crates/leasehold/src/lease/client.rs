@@ -232,6 +232,18 @@ impl LeaseClientBuilder {
         .and_then(|r| r)
         .map_err(Error::redis(Phase::Connect))?;
         round_trips.fetch_add(1, Ordering::Relaxed);
+        // A server that requires AUTH accepts the connection and refuses commands: ask once, so that
+        // missing or wrong credentials are a connect error, not a surprise on the first acquire.
+        let mut probe = probe;
+        tokio::time::timeout(
+            self.response_timeout,
+            redis::cmd("PING").query_async::<()>(&mut probe),
+        )
+        .await
+        .map_err(|_| timeout_error("PING"))
+        .and_then(|r| r)
+        .map_err(Error::redis(Phase::Connect))?;
+        round_trips.fetch_add(1, Ordering::Relaxed);
 
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))

@@ -74,6 +74,8 @@ pub struct LeaseClientBuilder {
     key_prefix: String,
     response_timeout: Duration,
     connect_timeout: Duration,
+    /// PEM root certificate(s) to trust for `rediss://` instead of the built-in web PKI roots.
+    tls_root_ca_pem: Option<Vec<u8>>,
 }
 
 /// What Redis says about one lease name (for `status` and `list`).
@@ -187,6 +189,13 @@ impl LeaseClientBuilder {
         self
     }
 
+    /// Trusts these PEM root certificate(s) for `rediss://` (a private CA or a self-signed server
+    /// certificate) instead of the built-in web PKI roots. Refused at connect for a non-TLS URL.
+    pub fn tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_ca_pem = Some(pem.into());
+        self
+    }
+
     /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
     /// A malformed URL is [`crate::Error::Invalid`]; an unreachable server is
     /// [`crate::Error::Redis`] with [`crate::Phase::Connect`].
@@ -216,6 +225,35 @@ impl LeaseClientBuilder {
                 ),
             )
         })?;
+        if self.url.starts_with("rediss://") {
+            // rustls needs one process-wide crypto provider; an application may have installed its
+            // own already, which is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match self.tls_root_ca_pem {
+            None => client,
+            Some(pem) => {
+                if !self.url.starts_with("rediss://") {
+                    return Err(Error::invalid(
+                        "tls root certificate",
+                        format!("it was given for `{redacted_url}`, which is not a TLS URL; use rediss://"),
+                    ));
+                }
+                redis::Client::build_with_tls(
+                    self.url.as_str(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+                .map_err(|e| {
+                    Error::invalid(
+                        "tls root certificate",
+                        format!("it was refused ({e}); give PEM-encoded certificate(s)"),
+                    )
+                })?
+            }
+        };
         let round_trips = Arc::new(AtomicU64::new(0));
 
         // Fail fast and clearly on an unreachable server or bad credentials; the connection then
@@ -304,6 +342,7 @@ impl LeaseClient {
             key_prefix: "leasehold".to_owned(),
             response_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
+            tls_root_ca_pem: None,
         }
     }
 

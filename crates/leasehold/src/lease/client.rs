@@ -198,7 +198,9 @@ impl LeaseClientBuilder {
 
     /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
     /// A malformed URL is [`crate::Error::Invalid`]; an unreachable server is
-    /// [`crate::Error::Redis`] with [`crate::Phase::Connect`].
+    /// [`crate::Error::Redis`] with [`crate::Phase::Connect`], as are missing or wrong credentials
+    /// (the server is asked `PING` once). Call it inside a Tokio runtime: it spawns the client's one
+    /// watchdog task, which lives as long as the client or any of its leases.
     pub async fn connect(self) -> Result<LeaseClient> {
         validate_prefix(&self.key_prefix)?;
         for (what, d) in [

@@ -38,4 +38,4 @@ pub mod state;
 
 pub use error::{Error, LostReason, Phase, Result};
 pub use fence::Fence;
-pub use lease::{Lease, LeaseClient, LeaseOptions};
+pub use lease::{Lease, LeaseClient, LeaseOptions, LostSignal, ReplicaPolicy};

@@ -15,7 +15,28 @@ pub(crate) async fn connect(redis: &RedisArgs) -> Result<LeaseClient, i32> {
         .key_prefix(redis.key_prefix.clone())
         .connect()
         .await
-        .map_err(|e| fail(&e))
+        .map_err(|e| match e {
+            leasehold::Error::Redis { source, .. } => {
+                eprintln!(
+                    "leasehold: cannot reach Redis at {}: {source}; check --redis / LEASEHOLD_REDIS_URL and that the server is up",
+                    redact(&redis.url),
+                );
+                exit::UNAVAILABLE
+            }
+            other => fail(&other),
+        })
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
 }
 
 /// Prints a library error and returns its exit code.
@@ -142,5 +163,20 @@ pub(crate) async fn release(args: ReleaseArgs) -> i32 {
             0
         }
         Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(
+            super::redact("redis://app:s3cret@db:6379/0"),
+            "redis://app:***@db:6379/0"
+        );
+        assert_eq!(
+            super::redact("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
     }
 }

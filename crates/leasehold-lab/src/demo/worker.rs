@@ -105,7 +105,11 @@ async fn token_holder(args: WorkerArgs) -> anyhow::Result<i32> {
     let deleted: i64 = compare_and_delete(&mut con, &args.key, &tok).await?;
     cmd(
         &format!("EVAL compare_and_delete.lua 1 {} {}…", args.key, &tok[..8]),
-        format!("(integer) {deleted} (not ours any more: B's lock is left alone)"),
+        if deleted == 1 {
+            "(integer) 1".to_owned()
+        } else {
+            "(integer) 0: not ours any more, the other holder's lock is left alone".to_owned()
+        },
     );
     event(&format!("released {deleted}"));
     Ok(0)

@@ -58,3 +58,18 @@ fn demo_verdicts_fail_when_the_claim_is_not_shown() {
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("Verdict 3: ✘ NOT shown"), "{out}");
 }
+
+#[test]
+fn demo_without_redis_server_says_how_to_get_one() {
+    let o = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("demo")
+        .env("REDIS_SERVER_BIN", "/nonexistent/redis-server")
+        .output()
+        .expect("leasehold demo runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("redis-server is not installed") && err.contains("--redis"),
+        "{err}"
+    );
+}

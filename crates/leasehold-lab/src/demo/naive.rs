@@ -124,7 +124,7 @@ pub(crate) async fn setnx_without_ttl(st: &mut Stage) -> anyhow::Result<Outcome>
     let holder_dead = !status.success();
     let shown_ok = holder_dead && !got && refused == tries && pttl == -1;
     let verdict = format!(
-        "holder dead for {} ms, B refused {refused}/{tries} times, PTTL {pttl} (no expiry): the lock is held by nobody, forever",
+        "holder dead for {} ms, B refused {refused}/{tries} times, PTTL {pttl} (no expiry): the lock belongs to a dead process, forever",
         died.elapsed().as_millis()
     );
     let cleanup = send(

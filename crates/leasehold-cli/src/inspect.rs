@@ -9,13 +9,23 @@ use crate::cli::{ListArgs, RedisArgs, ReleaseArgs, StatusArgs};
 use crate::duration::show;
 use crate::exit;
 
+/// How long to wait for Redis to accept a connection before calling it unreachable.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Connects, or prints why not and returns the exit code.
 pub(crate) async fn connect(redis: &RedisArgs) -> Result<LeaseClient, i32> {
-    LeaseClient::builder(redis.url.clone())
+    let connecting = LeaseClient::builder(redis.url.clone())
         .key_prefix(redis.key_prefix.clone())
-        .connect()
-        .await
-        .map_err(|e| match e {
+        .connect();
+    let Ok(result) = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await else {
+        eprintln!(
+            "leasehold: cannot reach Redis at {}: no answer within {}; check --redis / LEASEHOLD_REDIS_URL and that the server is up",
+            redact(&redis.url),
+            show(CONNECT_TIMEOUT)
+        );
+        return Err(exit::UNAVAILABLE);
+    };
+    result.map_err(|e| match e {
             leasehold::Error::Redis { source, .. } => {
                 eprintln!(
                     "leasehold: cannot reach Redis at {}: {source}; check --redis / LEASEHOLD_REDIS_URL and that the server is up",

@@ -54,6 +54,9 @@ impl Signals {
     }
 }
 
+/// How long `run` waits for the release after the command exited.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Runs `leasehold run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> i32 {
     if let Err(code) = check_name(&args.redis, &args.name) {
@@ -257,7 +260,19 @@ fn exit_code_of(st: std::process::ExitStatus) -> i32 {
 }
 
 async fn release(args: &RunArgs, lease: Lease, already_lost: bool) {
-    match lease.release().await {
+    // The command is done; do not hang on a Redis that stopped answering. The TTL cleans up.
+    let result = match tokio::time::timeout(RELEASE_TIMEOUT, lease.release()).await {
+        Ok(r) => r,
+        Err(_) => {
+            eprintln!(
+                "leasehold: warning: Redis did not answer the release within {}; the lease expires by itself within {}",
+                show(RELEASE_TIMEOUT),
+                show(args.ttl)
+            );
+            return;
+        }
+    };
+    match result {
         Ok(()) => {
             if args.verbose {
                 eprintln!("leasehold: released `{}`", args.name);

@@ -8,6 +8,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
+use leasehold::db::Database;
 use leasehold::{Fence, LeaseClient, LeaseOptions};
 
 use super::naive::wait_until_expired;
@@ -27,42 +28,35 @@ pub(crate) enum Fenced {
     Stale { current: Fence },
 }
 
-/// Writes `read + 1` only if `fence` is not older than the newest fence the resource accepted, in one
-/// transaction with the business write and its log row.
+/// The resource as leasehold's fenced-write API sees it (its tables are created by `migrate`).
+pub(crate) async fn fenced_db(counter: &Counter) -> anyhow::Result<Database> {
+    let db = Database::from_sqlite(counter.pool.clone());
+    db.migrate().await?;
+    Ok(db)
+}
+
+/// Writes `read + 1` through leasehold's fenced write: `begin_fenced` stores `fence` only if it is not
+/// older than the newest fence the resource accepted, in the same transaction as the business write
+/// and its log row; otherwise it fails with `StaleFence` and nothing is written.
 pub(crate) async fn fenced_increment(
-    counter: &Counter,
+    db: &Database,
     fence: Fence,
     writer: &str,
     read: i64,
 ) -> anyhow::Result<Fenced> {
-    let mut tx = counter.pool.begin().await?;
-    sqlx::query("CREATE TABLE IF NOT EXISTS demo_fences (resource TEXT PRIMARY KEY, fence INTEGER NOT NULL)")
-        .execute(&mut *tx)
-        .await?;
-    let advanced = sqlx::query(
-        "INSERT INTO demo_fences (resource, fence) VALUES (?1, ?2) \
-         ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE excluded.fence >= demo_fences.fence",
-    )
-    .bind(RESOURCE)
-    .bind(fence.as_i64())
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if advanced == 0 {
-        let current: i64 = sqlx::query_scalar("SELECT fence FROM demo_fences WHERE resource = ?1")
-            .bind(RESOURCE)
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.rollback().await?;
-        return Ok(Fenced::Stale {
-            current: Fence::new(current as u64),
-        });
-    }
+    let mut tx = match db.begin_fenced(RESOURCE, fence).await {
+        Ok(tx) => tx,
+        Err(leasehold::Error::StaleFence { current, .. }) => return Ok(Fenced::Stale { current }),
+        Err(e) => return Err(e.into()),
+    };
+    let conn = tx
+        .sqlite()
+        .ok_or_else(|| anyhow::anyhow!("the demo resource is SQLite"))?;
     sqlx::query("UPDATE counter SET value = ? WHERE id = 1")
         .bind(read + 1)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
-    log_increment(&mut tx, writer, read).await?;
+    log_increment(conn, writer, read).await?;
     tx.commit().await?;
     Ok(Fenced::Accepted)
 }
@@ -87,6 +81,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
         .as_deref()
         .ok_or_else(|| anyhow::anyhow!("--db is required"))?;
     let counter = Counter::open(db).await?;
+    let fdb = fenced_db(&counter).await?;
     let mut builder = LeaseClient::builder(args.redis.clone());
     if let Some(p) = &args.key_prefix {
         builder = builder.key_prefix(p.clone());
@@ -109,9 +104,9 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
     println!("EVENT read {v}");
     tokio::time::sleep(Duration::from_millis(args.work_ms)).await;
     let fence = lease.fence();
-    let outcome = fenced_increment(&counter, fence, "A", v).await?;
+    let outcome = fenced_increment(&fdb, fence, "A", v).await?;
     println!(
-        "SQL fenced write (fence {fence}): UPDATE counter SET value = {} WHERE id = 1\t{}",
+        "SQL begin_fenced(counter, {fence}); UPDATE counter SET value = {} WHERE id = 1; COMMIT\t{}",
         v + 1,
         describe(&outcome, fence)
     );
@@ -142,6 +137,7 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     let prefix = format!("{}:lease", st.ns);
     let db = st.db_path(4);
     let counter = Counter::open(&db).await?;
+    let fdb = fenced_db(&counter).await?;
     let mut con = st.con.clone();
     let mut tl = Timeline::new(st.style);
     let ttl = 600u64;
@@ -191,7 +187,7 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     );
     let v = counter.read().await?;
     tl.sql(Actor::B, READ_SQL, &v.to_string());
-    let b_outcome = fenced_increment(&counter, fence_b, "B", v).await?;
+    let b_outcome = fenced_increment(&fdb, fence_b, "B", v).await?;
     tl.sql(
         Actor::B,
         &format!(
@@ -224,13 +220,13 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
 
     let value = counter.read().await?;
     let committed = counter.committed_increments().await?;
-    let stored: i64 = sqlx::query_scalar("SELECT fence FROM demo_fences WHERE resource = ?1")
-        .bind(RESOURCE)
-        .fetch_one(&counter.pool)
-        .await?;
+    let stored = leasehold::fence::current(&fdb, RESOURCE)
+        .await?
+        .map(|f| f.as_i64())
+        .unwrap_or(-1);
     tl.sql(
         Actor::Observer,
-        "SELECT value FROM counter; SELECT COUNT(*) FROM increments; SELECT fence FROM demo_fences",
+        "SELECT value FROM counter; SELECT COUNT(*) FROM increments; SELECT fence FROM leasehold_fences",
         &format!("{value}; {committed}; {stored}"),
     );
     let a_writes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM increments WHERE writer = 'A'")

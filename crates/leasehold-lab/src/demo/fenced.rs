@@ -191,7 +191,7 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     tl.sql(
         Actor::B,
         &format!(
-            "fenced write (fence {fence_b}): UPDATE counter SET value = {} WHERE id = 1",
+            "begin_fenced(counter, {fence_b}); UPDATE counter SET value = {} WHERE id = 1; COMMIT",
             v + 1
         ),
         &describe(&b_outcome, fence_b),

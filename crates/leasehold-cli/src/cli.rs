@@ -102,7 +102,7 @@ pub(crate) struct RunArgs {
     /// Lease name (no braces or control characters, at most 256 bytes).
     pub(crate) name: String,
     /// The command and its arguments, after `--`. It gets LEASEHOLD_NAME and LEASEHOLD_FENCE in its
-    /// environment and runs in its own process group.
+    /// environment and, unless stdin is a terminal, runs in its own process group.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
 }

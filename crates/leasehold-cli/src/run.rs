@@ -2,17 +2,18 @@
 //! stopped when the lease is lost.
 //!
 //! Promise: the command is started only after the lease was acquired; when the lease is lost (renewal
-//! failed until the deadline, `--max-hold` reached, or an operator's forced release) the command's whole
-//! process group gets SIGTERM at once and SIGKILL after `--grace`, and `run` exits 76. Limit: between the
+//! failed until the deadline, `--max-hold` reached, or an operator's forced release) the command (its
+//! whole process group when stdin is not a terminal) gets SIGTERM at once and SIGKILL after `--grace`, and `run` exits 76. Limit: between the
 //! moment the lease is really gone and the moment the command dies, it still runs (up to the lease's
 //! drift allowance plus the grace period, longer if this process itself is paused). Work that must not
-//! overlap has to present `LEASEHOLD_FENCE` to a fenced resource.
+//! overlap has to present `LEASEHOLD_FENCE` to a fenced resource. If `run` itself is SIGKILLed, the
+//! command keeps running unsupervised while the lease expires after one TTL.
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;
 
 use leasehold::{Error, Lease, LeaseClient, LeaseOptions, LostReason};
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
@@ -170,9 +171,16 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
     let mut cmd = Command::new(program);
     cmd.args(rest)
         .env("LEASEHOLD_NAME", &args.name)
-        .env("LEASEHOLD_FENCE", lease.fence().to_string())
-        // Its own process group: on a lost lease the whole tree is stopped, not only the direct child.
-        .process_group(0);
+        .env("LEASEHOLD_FENCE", lease.fence().to_string());
+    // Not on a terminal (cron, systemd, CI): the command gets its own process group, so a lost lease
+    // stops the whole tree, not only the direct child. On a terminal it stays in our group, so it can
+    // read the terminal (a background group would be stopped by SIGTTIN) and gets Ctrl-C from it.
+    let target = if std::io::stdin().is_terminal() {
+        Target::Process
+    } else {
+        cmd.process_group(0);
+        Target::Group
+    };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -185,7 +193,7 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
             return code;
         }
     };
-    let pgid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
+    let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
     let lost = lease.lost();
     let mut lost_reason: Option<LostReason> = None;
     let mut kill_at: Option<Instant> = None;
@@ -200,16 +208,20 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
                     args.name, show(args.grace)
                 );
                 lost_reason = Some(reason);
-                let _ = killpg(pgid, Signal::SIGTERM);
+                target.send(pid, Signal::SIGTERM);
                 kill_at = Some(Instant::now() + args.grace);
             }
             _ = sleep_until_opt(kill_at), if kill_at.is_some() && !killed => {
                 eprintln!("leasehold: the command outlived --grace {}; sending SIGKILL", show(args.grace));
-                let _ = killpg(pgid, Signal::SIGKILL);
+                target.send(pid, Signal::SIGKILL);
                 killed = true;
             }
             sig = signals.recv() => {
-                let _ = killpg(pgid, sig);
+                // On a terminal, Ctrl-C and Ctrl-\\ already reached the command from the terminal.
+                let from_terminal = matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
+                if !(target == Target::Process && from_terminal) {
+                    target.send(pid, sig);
+                }
             }
         }
     };
@@ -222,12 +234,30 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
     };
     if lost_reason.is_some() {
         // The direct child is gone; the rest of its group got SIGTERM too and must not outlive the grace.
-        reap_group(pgid, kill_at.unwrap_or_else(Instant::now)).await;
+        if target == Target::Group {
+            reap_group(pid, kill_at.unwrap_or_else(Instant::now)).await;
+        }
         release(args, lease, true).await;
         return exit::LOST;
     }
     release(args, lease, false).await;
     code
+}
+
+/// Whom `run` signals: the command's own process group, or (on a terminal) the command alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Group,
+    Process,
+}
+
+impl Target {
+    fn send(self, pid: Pid, sig: Signal) {
+        let _ = match self {
+            Target::Group => killpg(pid, sig),
+            Target::Process => kill(pid, sig),
+        };
+    }
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

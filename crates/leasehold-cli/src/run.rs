@@ -3,8 +3,8 @@
 //!
 //! Promise: the command is started only after the lease was acquired; when the lease is lost (renewal
 //! failed until the deadline, `--max-hold` reached, or an operator's forced release) the command (its
-//! whole process group when stdin is not a terminal) gets SIGTERM at once and SIGKILL after `--grace`, and `run` exits 76. Limit: between the
-//! moment the lease is really gone and the moment the command dies, it still runs (up to the lease's
+//! whole process group when stdin is not a terminal) gets SIGTERM at once and SIGKILL after
+//! `--grace`, and `run` exits 76. Limit: between the moment the lease is really gone and the moment the command dies, it still runs (up to the lease's
 //! drift allowance plus the grace period, longer if this process itself is paused). Work that must not
 //! overlap has to present `LEASEHOLD_FENCE` to a fenced resource. If `run` itself is SIGKILLed, the
 //! command keeps running unsupervised while the lease expires after one TTL.
@@ -217,7 +217,7 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
                 killed = true;
             }
             sig = signals.recv() => {
-                // On a terminal, Ctrl-C and Ctrl-\\ already reached the command from the terminal.
+                // On a terminal, Ctrl-C and Ctrl-\ already reached the command from the terminal.
                 let from_terminal = matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
                 if !(target == Target::Process && from_terminal) {
                     target.send(pid, sig);

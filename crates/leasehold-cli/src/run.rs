@@ -6,8 +6,9 @@
 //! whole process group when stdin is not a terminal) gets SIGTERM at once and SIGKILL after
 //! `--grace`, and `run` exits 76. Limit: between the moment the lease is really gone and the moment
 //! the command dies, it still runs (up to the lease's drift allowance plus the grace period, longer if
-//! this process itself is paused). Work that must not overlap has to present `LEASEHOLD_FENCE` to a fenced resource. If `run` itself is SIGKILLed, the
-//! command keeps running unsupervised while the lease expires after one TTL.
+//! this process itself is paused). Work that must not overlap has to present `LEASEHOLD_FENCE` to a
+//! fenced resource. If `run` itself is SIGKILLed, the command keeps running unsupervised while the
+//! lease expires after one TTL.
 
 use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;

@@ -92,9 +92,10 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
         .await?;
     let keys = client.keys(&args.key)?;
     println!(
-        "CMD EVALSHA acquire.lua 2 {} {} <token> {}\tfence {}",
+        "CMD EVALSHA acquire.lua 3 {} {} {} <token> {}\tfence {}",
         keys.lock,
         keys.fence,
+        keys.wake,
         args.ttl_ms,
         lease.fence()
     );
@@ -112,11 +113,11 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
     );
     match lease.release().await {
         Ok(()) => println!(
-            "CMD EVALSHA release.lua 2 {} {} <token>\treleased",
+            "CMD EVALSHA release.lua 2 {} {} <token> <linger>\treleased",
             keys.lock, keys.wake
         ),
         Err(e) => println!(
-            "CMD EVALSHA release.lua 2 {} {} <token>\tnot ours any more ({e})",
+            "CMD EVALSHA release.lua 2 {} {} <token> <linger>\tnot ours any more ({e})",
             keys.lock, keys.wake
         ),
     }
@@ -180,8 +181,8 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     tl.redis(
         Actor::B,
         &format!(
-            "EVALSHA acquire.lua 2 {} {} <token> {ttl}",
-            keys.lock, keys.fence
+            "EVALSHA acquire.lua 3 {} {} {} <token> {ttl}",
+            keys.lock, keys.fence, keys.wake
         ),
         &format!("fence {fence_b}"),
     );
@@ -210,7 +211,10 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     let released = lease_b.release().await;
     tl.redis(
         Actor::B,
-        &format!("EVALSHA release.lua 2 {} {} <token>", keys.lock, keys.wake),
+        &format!(
+            "EVALSHA release.lua 2 {} {} <token> <linger>",
+            keys.lock, keys.wake
+        ),
         if released.is_ok() {
             "released"
         } else {

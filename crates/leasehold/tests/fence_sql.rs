@@ -19,7 +19,7 @@ async fn stale_fence_is_refused_and_leaves_no_trace() {
             "CREATE TABLE ledger (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)",
         )
         .await;
-        exec(db, "INSERT INTO ledger VALUES ('a', 0)").await;
+        exec(db, "INSERT INTO ledger VALUES ('a', 0), ('b', 0)").await;
 
         // Holder with fence 7 writes.
         let mut tx = db.begin_fenced("ledger:a", Fence::new(7)).await.unwrap();
@@ -55,6 +55,31 @@ async fn stale_fence_is_refused_and_leaves_no_trace() {
             }
             other => panic!("{:?}: expected StaleFence, got {other:?}", t.backend()),
         }
+        // Without the fence, the same late write goes through and leaves a stale result: the unsafe
+        // strategy the fence exists to stop.
+        // Account `b` gets the same history, but the late writer does not present its fence.
+        let mut tx = db.begin_fenced("ledger:b", Fence::new(7)).await.unwrap();
+        tx.execute(
+            "UPDATE ledger SET balance = balance + 10 WHERE account = $1",
+            &["b".into()],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        let mut naive = db.begin().await.unwrap();
+        naive
+            .execute(
+                "UPDATE ledger SET balance = balance + 1000 WHERE account = $1",
+                &["b".into()],
+            )
+            .await
+            .unwrap();
+        naive.commit().await.unwrap();
+        assert_eq!(
+            scalar(db, "SELECT balance FROM ledger WHERE account = 'b'", &[]).await,
+            Some(1010),
+            "the unfenced stale write lands"
+        );
         // And through begin_fenced.
         let err = db
             .begin_fenced("ledger:a", Fence::new(6))
@@ -72,8 +97,8 @@ async fn stale_fence_is_refused_and_leaves_no_trace() {
             Some(Fence::new(7))
         );
         // Other resources are independent.
-        assert_eq!(fence::current(db, "ledger:b").await.unwrap(), None);
-        let tx = db.begin_fenced("ledger:b", Fence::new(1)).await.unwrap();
+        assert_eq!(fence::current(db, "ledger:c").await.unwrap(), None);
+        let tx = db.begin_fenced("ledger:c", Fence::new(1)).await.unwrap();
         tx.commit().await.unwrap();
         t.cleanup().await;
     }
@@ -115,9 +140,15 @@ async fn writers_of_one_resource_serialise_until_commit() {
         )
         .await;
         exec(&db, "INSERT INTO counter VALUES (1, 0)").await;
+        // Two independent pools, as two processes would have.
+        let other = t.another_pool().await;
         let mut tasks = Vec::new();
-        for _ in 0..40 {
-            let db = db.clone();
+        for i in 0..40 {
+            let db = if i % 2 == 0 {
+                db.clone()
+            } else {
+                other.clone()
+            };
             tasks.push(tokio::spawn(async move {
                 let mut tx = db.begin_fenced("counter:1", Fence::new(1)).await.unwrap();
                 let n = tx
@@ -271,7 +302,7 @@ async fn migrate_is_idempotent_and_safe_concurrently() {
                 &[]
             )
             .await,
-            Some(1)
+            Some(2)
         );
         t.cleanup().await;
     }

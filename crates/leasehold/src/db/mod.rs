@@ -27,6 +27,7 @@
 //! # let _ = rows; Ok(()) }
 //! ```
 
+pub mod metrics;
 mod migrate;
 
 use std::borrow::Cow;
@@ -239,6 +240,26 @@ fn is_sqlite_memory(url: &str) -> bool {
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") || db.code().as_deref() == Some("42P06"))
+}
+
+/// Turns "no such table" on one of leasehold's own tables into an error that says what to do.
+pub(crate) fn missing_tables_hint(e: Error) -> Error {
+    let missing = match &e {
+        Error::Database(sqlx::Error::Database(db)) => {
+            db.code().as_deref() == Some("42P01") || db.message().contains("no such table")
+        }
+        _ => false,
+    };
+    if missing {
+        Error::invalid(
+            "database schema",
+            format!(
+                "{e}; leasehold's tables are missing: call Database::migrate() once at startup"
+            ),
+        )
+    } else {
+        e
+    }
 }
 
 /// Refuses anything but a plain SQL identifier (`[A-Za-z_][A-Za-z0-9_]*`, 1..=63 bytes), so that a
@@ -501,6 +522,20 @@ impl Tx {
                 q.fetch_optional(c).await?.flatten()
             }
         })
+    }
+
+    /// The database's clock in milliseconds since 1970: one clock for every process, so lock timeouts
+    /// and retention do not depend on the callers' clocks agreeing.
+    pub(crate) async fn now_ms(&mut self) -> Result<i64> {
+        let sql = match self.backend() {
+            Backend::Postgres => "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
+            Backend::Sqlite => {
+                "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+            }
+        };
+        self.fetch_i64(sql, &[])
+            .await?
+            .ok_or_else(|| Error::invalid("database clock", "the database returned no time"))
     }
 
     /// Commits. Until this returns `Ok`, nothing of the transaction is visible to others.

@@ -2,7 +2,7 @@
 //! transaction.
 
 use super::Fence;
-use crate::db::{check_key, Conn, Database, Tx};
+use crate::db::{check_key, missing_tables_hint, Conn, Database, Tx};
 use crate::{Error, Result};
 
 /// Stores `fence` as `resource`'s fence only if it is not older than the stored one; returns the row's
@@ -44,16 +44,22 @@ pub async fn check(tx: &mut Tx, resource: &str, fence: Fence) -> Result<()> {
                 .bind(resource)
                 .bind(presented)
                 .fetch_optional(c)
-                .await?
+                .await
         }
         Conn::Sqlite(c) => {
             sqlx::query_scalar(UPSERT)
                 .bind(resource)
                 .bind(presented)
                 .fetch_optional(c)
-                .await?
+                .await
         }
+    }
+    .map_err(|e| missing_tables_hint(e.into()))?;
+    let backend = match tx.backend() {
+        crate::db::Backend::Postgres => "postgres",
+        crate::db::Backend::Sqlite => "sqlite",
     };
+    crate::db::metrics::fence_check(backend, accepted.is_some());
     if accepted.is_some() {
         return Ok(());
     }
@@ -72,6 +78,7 @@ pub async fn check(tx: &mut Tx, resource: &str, fence: Fence) -> Result<()> {
                 .await?
         }
     };
+    tracing::debug!(resource, presented = %fence, current, "stale fence refused");
     Err(Error::StaleFence {
         resource: resource.to_owned(),
         presented: fence,

@@ -291,13 +291,19 @@ fn exit_code_of(st: std::process::ExitStatus) -> i32 {
 }
 
 async fn release(args: &RunArgs, lease: Lease, already_lost: bool) {
-    // The command is done; do not hang on a Redis that stopped answering. The TTL cleans up.
-    let result = match tokio::time::timeout(RELEASE_TIMEOUT, lease.release()).await {
+    // The command is done; do not hang on a Redis that stopped answering. The TTL cleans up. A lost
+    // lease's release is a courtesy (it frees a max-hold lease early), so it gets less patience.
+    let patience = if already_lost {
+        RELEASE_TIMEOUT / 5
+    } else {
+        RELEASE_TIMEOUT
+    };
+    let result = match tokio::time::timeout(patience, lease.release()).await {
         Ok(r) => r,
         Err(_) => {
             eprintln!(
                 "leasehold: warning: Redis did not answer the release within {}; the lease expires by itself within {}",
-                show(RELEASE_TIMEOUT),
+                show(patience),
                 show(args.ttl)
             );
             return;

@@ -443,3 +443,74 @@ fn status_and_list_json_while_held_and_while_free() {
     assert_eq!(after["held"], false, "{after}");
     assert!(after["ttl_ms"].is_null(), "{after}");
 }
+
+#[test]
+fn redis_stopping_mid_run_loses_the_lease_and_stops_the_command() {
+    let mut redis = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let got = dir.path().join("got-term");
+    let script = format!(
+        "touch {}; trap 'echo got-term > {}; exit 0' TERM; sleep 30 & wait",
+        started.display(),
+        got.display()
+    );
+    let mut run = leasehold(Some(&redis))
+        .args([
+            "run", "--ttl", "1s", "--grace", "2s", "outage", "--", "sh", "-c", &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the command has started", || started.exists());
+    // Renewals now hang; the holder's own deadline passes and the lease counts as lost.
+    redis.pause().unwrap();
+    let status = wait_with_timeout(&mut run, Duration::from_secs(20));
+    redis.resume().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(76), "{err}");
+    assert_eq!(read(&got).trim(), "got-term", "{err}");
+}
+
+#[test]
+fn metrics_endpoint_serves_lease_metrics_while_the_command_runs() {
+    use std::io::{Read, Write};
+    let redis = RedisServer::start().unwrap();
+    let port = leasehold_testkit::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let script = format!("touch {}; sleep 3", started.display());
+    let addr = format!("127.0.0.1:{port}");
+    let mut run = leasehold(Some(&redis))
+        .args([
+            "run",
+            "--metrics-addr",
+            &addr,
+            "--ttl",
+            "600ms",
+            "m",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    eventually("the command has started", || started.exists());
+    let mut body = String::new();
+    eventually("the metrics show an acquisition and a renewal", || {
+        body.clear();
+        let Ok(mut s) = std::net::TcpStream::connect(&addr) else {
+            return false;
+        };
+        let _ = write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        );
+        let _ = s.read_to_string(&mut body);
+        body.contains("leasehold_acquisitions_total") && body.contains("leasehold_renewals_total")
+    });
+    assert!(run.wait().unwrap().success());
+}

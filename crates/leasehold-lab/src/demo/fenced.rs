@@ -134,8 +134,8 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
 
 /// Scene 4.
 pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outcome> {
-    let name = "scene4";
-    let prefix = format!("{}:lease", st.ns);
+    let name = "order-44";
+    let prefix = st.lease_prefix();
     let db = st.db_path(4);
     let counter = Counter::open(&db).await?;
     let fdb = fenced_db(&counter).await?;

@@ -122,7 +122,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
     let mut st = Stage {
         redis_url: redis_url.clone(),
         con,
-        ns: format!("leasehold-demo:{:08x}", rand::random::<u32>()),
+        ns: args
+            .redis
+            .as_ref()
+            .map(|_| format!("leasehold-demo-{:08x}", rand::random::<u32>())),
         dir: dir.path().to_owned(),
         worker_exe,
         style,
@@ -170,7 +173,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
                     "  {} {}  {}",
                     style.dim("Lesson:"),
                     o.lesson,
-                    style.dim(&format!("({} Redis commands)", o.redis_commands))
+                    style.dim(&format!("({} Redis commands shown)", o.redis_commands))
                 );
                 o.shown
             }
@@ -204,7 +207,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
 
 /// Deletes this run's keys (they matter only on a shared Redis). Uses SCAN, never KEYS.
 async fn cleanup(st: &mut Stage) {
-    let pattern = format!("*{}*", st.ns);
+    let Some(ns) = &st.ns else {
+        return; // the private server goes away with its keys
+    };
+    let pattern = format!("*{ns}*");
     let mut cursor: u64 = 0;
     loop {
         let page: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")

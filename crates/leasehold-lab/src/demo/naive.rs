@@ -67,7 +67,7 @@ fn int(v: &Value) -> i64 {
 
 /// Scene 1: `SETNX` with no TTL; the holder is killed; nobody can take the lock again.
 pub(crate) async fn setnx_without_ttl(st: &mut Stage) -> anyhow::Result<Outcome> {
-    let key = st.key(1, "lock");
+    let key = st.key(1);
     let mut con = st.con.clone();
     let mut tl = Timeline::new(st.style);
     let mut a = st.spawn_worker(
@@ -150,7 +150,7 @@ pub(crate) async fn setnx_without_ttl(st: &mut Stage) -> anyhow::Result<Outcome>
 
 /// Scene 2: TTL, but release with a bare `DEL`: a slow holder deletes the next holder's lock.
 pub(crate) async fn ttl_and_bare_del(st: &mut Stage) -> anyhow::Result<Outcome> {
-    let key = st.key(2, "lock");
+    let key = st.key(2);
     let mut con = st.con.clone();
     let mut tl = Timeline::new(st.style);
     let ttl = 400u64;
@@ -276,7 +276,7 @@ pub(crate) async fn ttl_and_bare_del(st: &mut Stage) -> anyhow::Result<Outcome> 
 /// Scene 3: a correct token lock with compare-and-delete; the holder is paused past its lease between
 /// its read and its write, and the resource takes the stale write.
 pub(crate) async fn token_lock_paused_holder(st: &mut Stage) -> anyhow::Result<Outcome> {
-    let key = st.key(3, "lock");
+    let key = st.key(3);
     let db = st.db_path(3);
     let counter = Counter::open(&db).await?;
     let mut con = st.con.clone();

@@ -21,8 +21,10 @@ pub(crate) struct Stage {
     pub(crate) redis_url: String,
     /// One multiplexed connection for the parent's own commands.
     pub(crate) con: redis::aio::MultiplexedConnection,
-    /// Every key of this run starts with it, so a shared Redis is left as it was found.
-    pub(crate) ns: String,
+    /// On a shared Redis (`--redis`), every key of this run starts with it, so the demo never touches
+    /// anyone else's keys and can delete its own at the end; `None` on the private server, where the
+    /// keys read like the seeds' (`lock:order:42`).
+    pub(crate) ns: Option<String>,
     /// Where the SQLite resource files live (deleted at the end).
     pub(crate) dir: PathBuf,
     /// The `leasehold` binary the worker processes run.
@@ -196,9 +198,9 @@ impl Worker {
         tl: &mut Timeline,
         within: Duration,
     ) -> anyhow::Result<std::process::ExitStatus> {
-        while let Some(ev) = self.next_event(tl, within).await? {
-            tl.say(Actor::A, &ev.0);
-        }
+        // Remaining cues (`released`, `wrote`) are for the demo only; the timeline already shows
+        // the commands behind them.
+        while self.next_event(tl, within).await?.is_some() {}
         Ok(tokio::time::timeout(within, self.child.wait())
             .await
             .context("the worker process did not exit in time")??)
@@ -210,9 +212,17 @@ impl Worker {
 }
 
 impl Stage {
-    /// A key in this run's namespace.
-    pub(crate) fn key(&self, scene: u8, what: &str) -> String {
-        format!("{}:scene{scene}:{what}", self.ns)
+    /// Scene `scene`'s lock key, in this run's namespace.
+    pub(crate) fn key(&self, scene: u8) -> String {
+        match &self.ns {
+            None => format!("lock:order:4{scene}"),
+            Some(ns) => format!("{ns}:lock:order:4{scene}"),
+        }
+    }
+
+    /// The key prefix of scene 4's leasehold lease.
+    pub(crate) fn lease_prefix(&self) -> String {
+        self.ns.clone().unwrap_or_else(|| "leasehold".to_owned())
     }
 
     /// A fresh SQLite file for one scene.

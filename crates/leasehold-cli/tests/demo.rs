@@ -73,3 +73,30 @@ fn demo_without_redis_server_says_how_to_get_one() {
         "{err}"
     );
 }
+
+#[test]
+fn demo_on_a_shared_redis_leaves_it_as_it_found_it() {
+    let redis = leasehold_testkit::RedisServer::start().unwrap();
+    let mut con = redis.connection().unwrap();
+    redis::cmd("SET")
+        .arg("someone-else")
+        .arg("1")
+        .query::<()>(&mut con)
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "demo",
+            "--redis",
+            &redis.url(),
+            "--scene",
+            "2",
+            "--scene",
+            "4",
+        ])
+        .output()
+        .expect("leasehold demo runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert_eq!(keys, vec!["someone-else".to_owned()], "{out}");
+}

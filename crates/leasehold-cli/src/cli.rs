@@ -111,7 +111,7 @@ pub(crate) struct RunArgs {
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) redis: RedisArgs,
-    /// Print one JSON object: name, key, held, ttl_ms, fence.
+    /// Print one JSON object: name, key, held, ttl_ms, fence, fence_key, wake_key.
     #[arg(long)]
     pub(crate) json: bool,
     /// Lease name.
@@ -122,7 +122,7 @@ pub(crate) struct StatusArgs {
 pub(crate) struct ListArgs {
     #[command(flatten)]
     pub(crate) redis: RedisArgs,
-    /// Print a JSON array of objects: name, key, held, ttl_ms, fence.
+    /// Print a JSON array of objects: name, key, held, ttl_ms, fence, fence_key, wake_key.
     #[arg(long)]
     pub(crate) json: bool,
     /// Glob over lease names (`*`, `?`, `[abc]`).

@@ -69,6 +69,17 @@ pub(crate) fn check_name(redis: &RedisArgs, name: &str) -> Result<(), i32> {
         .map_err(|e| fail(&e))
 }
 
+/// `info` as JSON: the library's fields (`name`, `key`, `held`, `ttl_ms`, `fence`) plus the other two
+/// keys the lease uses, `fence_key` and `wake_key`.
+fn json(info: &LeaseInfo, prefix: &str) -> serde_json::Value {
+    let mut v = serde_json::to_value(info).expect("LeaseInfo serializes");
+    if let (Ok(keys), Some(obj)) = (LeaseKeys::new(prefix, &info.name), v.as_object_mut()) {
+        obj.insert("fence_key".into(), keys.fence.into());
+        obj.insert("wake_key".into(), keys.wake.into());
+    }
+    v
+}
+
 fn human(info: &LeaseInfo) -> String {
     let fence = info
         .fence
@@ -100,10 +111,7 @@ pub(crate) async fn status(args: StatusArgs) -> i32 {
     match client.inspect(&args.name).await {
         Ok(info) => {
             if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&info).expect("LeaseInfo serializes")
-                );
+                println!("{}", json(&info, &args.redis.key_prefix));
             } else {
                 println!("{}", human(&info));
             }
@@ -126,10 +134,11 @@ pub(crate) async fn list(args: ListArgs) -> i32 {
     match client.list(&args.pattern).await {
         Ok(infos) => {
             if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&infos).expect("LeaseInfo serializes")
-                );
+                let all: Vec<_> = infos
+                    .iter()
+                    .map(|i| json(i, &args.redis.key_prefix))
+                    .collect();
+                println!("{}", serde_json::Value::Array(all));
             } else if infos.is_empty() {
                 eprintln!("leasehold: no lease matches `{}`", args.pattern);
             } else {

@@ -385,6 +385,10 @@ fn status_and_list_json_while_held_and_while_free() {
     let free = status_json(&redis, "inventory");
     assert_eq!(free["name"], "inventory");
     assert_eq!(free["key"], "{leasehold:inventory}:lock");
+    assert_eq!(free["fence_key"], "{leasehold:inventory}:fence");
+    assert_eq!(free["wake_key"], "{leasehold:inventory}:wake");
+    assert_eq!(free["fence_key"], "{leasehold:inventory}:fence");
+    assert_eq!(free["wake_key"], "{leasehold:inventory}:wake");
     assert_eq!(free["held"], false);
     assert!(free["ttl_ms"].is_null(), "{free}");
     assert!(free.get("fence").is_some(), "{free}");

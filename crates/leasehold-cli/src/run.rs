@@ -90,11 +90,14 @@ pub(crate) async fn run(args: RunArgs) -> i32 {
 
     let client = tokio::select! {
         c = connect(&args.redis) => match c { Ok(c) => c, Err(code) => return code },
-        sig = signals.recv() => return aborted(sig),
+        sig = signals.recv() => return aborted(sig, "nothing held"),
     };
     let lease = tokio::select! {
         l = acquire(&client, &args, &opts) => match l { Ok(l) => l, Err(code) => return code },
-        sig = signals.recv() => return aborted(sig),
+        sig = signals.recv() => return aborted(
+            sig,
+            &format!("if the acquire had reached Redis, the lease expires unrenewed within {}", show(args.ttl)),
+        ),
     };
     if args.verbose {
         eprintln!(
@@ -115,9 +118,9 @@ fn lease_options(args: &RunArgs) -> leasehold::Result<LeaseOptions> {
     b.build()
 }
 
-/// Exit code when a signal arrives before the command was started: nothing to forward to, nothing held.
-fn aborted(sig: Signal) -> i32 {
-    eprintln!("leasehold: interrupted by {sig} before the command started; nothing held");
+/// Exit code when a signal arrives before the command was started: nothing to forward it to.
+fn aborted(sig: Signal, held: &str) -> i32 {
+    eprintln!("leasehold: interrupted by {sig} before the command started; {held}");
     128 + sig as i32
 }
 

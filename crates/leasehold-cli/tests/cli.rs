@@ -61,6 +61,16 @@ fn wait_with_timeout(child: &mut Child, within: Duration) -> std::process::ExitS
     }
 }
 
+/// Whether process `pid` has a handler for SIGTERM (bit 15 of `SigCgt` in /proc/PID/status).
+fn catches_sigterm(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (15 - 1)) != 0)
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
@@ -364,6 +374,10 @@ fn sigterm_to_run_is_forwarded_and_the_lease_released_after_the_command_exits() 
         .spawn()
         .unwrap();
     eventually("the command has started", || started.exists());
+    let pid = run.id();
+    eventually("run has its signal handlers installed", || {
+        catches_sigterm(pid)
+    });
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(run.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -517,4 +531,38 @@ fn metrics_endpoint_serves_lease_metrics_while_the_command_runs() {
         body.contains("leasehold_acquisitions_total") && body.contains("leasehold_renewals_total")
     });
     assert!(run.wait().unwrap().success());
+}
+
+#[test]
+fn sigterm_while_waiting_aborts_the_wait_without_running_the_command() {
+    let redis = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let mut holder = leasehold(Some(&redis))
+        .args(["run", "--ttl", "10s", "w", "--", "sleep", "4"])
+        .spawn()
+        .unwrap();
+    eventually("the holder has the lease", || {
+        status_json(&redis, "w")["held"] == true
+    });
+    let mut waiter = leasehold(Some(&redis))
+        .args(["run", "--wait", "20s", "w", "--", "touch"])
+        .arg(&ran)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = waiter.id();
+    eventually("the waiter has its signal handlers installed", || {
+        catches_sigterm(pid)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(waiter.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_with_timeout(&mut waiter, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + 15));
+    assert!(!ran.exists(), "the command must not run");
+    assert!(holder.wait().unwrap().success());
 }

@@ -1,33 +1,21 @@
 //! `leasehold`: run a command under a lease, inspect and force-release leases, the live demo, the
 //! fault-injection verifier and the benchmarks. A thin layer over the `leasehold` and `leasehold-lab`
 //! crates.
+//!
+//! Layout: [`cli`] (clap definitions), [`run`] (`leasehold run`: acquire, supervise the command, stop
+//! it on a lost lease), [`inspect`] (`status`, `list`, `release --force`), [`duration`] (human
+//! durations), [`exit`] (exit codes).
 #![forbid(unsafe_code)]
 
-use clap::{Parser, Subcommand};
+mod cli;
+mod duration;
+mod exit;
+mod inspect;
+mod run;
 
-/// Leases on Redis with fencing tokens, and proof of what they can and cannot promise.
-#[derive(Debug, Parser)]
-#[command(name = "leasehold", version, about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
+use clap::Parser;
 
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Tell the story live: each naive lock failing, and its fix.
-    Demo(leasehold_lab::demo::DemoArgs),
-    /// Inject faults and count which strategy keeps data correct.
-    Verify(leasehold_lab::verify::VerifyArgs),
-    /// Measure leasehold against the protocol's limit.
-    Bench(leasehold_lab::bench::BenchArgs),
-    #[command(name = "__demo-worker", hide = true)]
-    DemoWorker(leasehold_lab::demo::WorkerArgs),
-    #[command(name = "__verify-worker", hide = true)]
-    VerifyWorker(leasehold_lab::verify::WorkerArgs),
-    #[command(name = "__bench-worker", hide = true)]
-    BenchWorker(leasehold_lab::bench::WorkerArgs),
-}
+use cli::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse();
@@ -35,11 +23,15 @@ fn main() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("leasehold: cannot start the async runtime: {e}");
-            std::process::exit(70);
+            std::process::exit(exit::SOFTWARE);
         }
     };
-    let result = runtime.block_on(async move {
+    let result: anyhow::Result<i32> = runtime.block_on(async move {
         match cli.command {
+            Command::Run(a) => Ok(run::run(a).await),
+            Command::Status(a) => Ok(inspect::status(a).await),
+            Command::List(a) => Ok(inspect::list(a).await),
+            Command::Release(a) => Ok(inspect::release(a).await),
             Command::Demo(a) => leasehold_lab::demo::run(a).await,
             Command::Verify(a) => leasehold_lab::verify::run(a).await,
             Command::Bench(a) => leasehold_lab::bench::run(a).await,
@@ -48,6 +40,8 @@ fn main() {
             Command::BenchWorker(a) => leasehold_lab::bench::run_worker(a).await,
         }
     });
+    // Do not wait for background tasks (a dropped lease's release is already sent or expires by TTL).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {

@@ -1,21 +1,239 @@
 //! The live demo: every failure of a naive lock, and its fix, told live against real servers.
+//!
+//! Promise: every scene runs real commands against a real Redis (a private `redis-server` unless
+//! `--redis` is given) and an embedded SQLite file, real worker processes are killed and paused with
+//! real signals, and every verdict is computed from the data at the end of the scene; the demo exits 0
+//! only when every scene showed what it claims. Limit: it shows that the failures happen, not how
+//! often; for rates, run `leasehold verify`.
+//!
+//! Layout: [`stage`](self) (shared set-up, live timeline, worker processes), `naive` (scenes 1-3),
+//! `fenced` (scene 4), `guards` (scene 5), `resource` (the SQLite counter), `worker` (the hidden
+//! `__demo-worker` process), `style` (colour or plain text).
+
+use anyhow::Context as _;
+use std::path::PathBuf;
+use tokio::time::Instant;
+
+mod fenced;
+mod guards;
+mod naive;
+mod resource;
+mod stage;
+mod style;
+mod worker;
+
+use stage::Stage;
+use style::Style;
 
 /// Command-line arguments of `leasehold demo`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DemoArgs {}
+pub struct DemoArgs {
+    /// Use this Redis instead of starting a private redis-server. The demo's keys live under a
+    /// unique prefix and are deleted at the end.
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// Run only this scene (1-5); repeat for several.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub scene: Vec<u8>,
+    /// The `leasehold` binary the worker processes run (default: this executable).
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub worker_exe: Option<PathBuf>,
+}
 
 /// Arguments of the hidden worker process that the live demo spawns (`leasehold __demo-worker`).
 #[derive(Debug, Clone, clap::Args)]
-pub struct WorkerArgs {}
+pub struct WorkerArgs {
+    /// Which holder to play: `setnx` (scene 1), `token` (scene 3), `fenced` (scene 4).
+    #[arg(long)]
+    pub role: String,
+    /// Redis URL.
+    #[arg(long)]
+    pub redis: String,
+    /// Lock key (scenes 1, 3) or lease name (scene 4).
+    #[arg(long)]
+    pub key: String,
+    /// Lease key prefix (scene 4).
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    /// The SQLite resource file (scenes 3, 4).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Lease length in milliseconds.
+    #[arg(long, default_value_t = 600)]
+    pub ttl_ms: u64,
+    /// Milliseconds of work between reading and writing.
+    #[arg(long, default_value_t = 400)]
+    pub work_ms: u64,
+}
 
-/// Runs `leasehold demo`; returns the process exit code.
+/// What a scene showed, read from the data at its end.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// Whether the data shows what the scene claims.
+    pub(crate) shown: bool,
+    /// The figures behind the verdict.
+    pub(crate) verdict: String,
+    /// What to take away.
+    pub(crate) lesson: &'static str,
+    /// Redis commands the scene sent.
+    pub(crate) redis_commands: usize,
+}
+
+const SCENES: [(u8, &str); 5] = [
+    (1, "SETNX with no TTL: a crashed holder locks the resource forever"),
+    (2, "TTL + bare DEL: a slow holder deletes the next holder's lock, and there are two holders"),
+    (3, "Token + compare-and-delete: the release is safe, but a paused holder still writes stale data"),
+    (4, "Fencing at the resource: the same pause, and the stale write is refused"),
+    (5, "No lock at all: the database refuses duplicates, overselling and illegal transitions"),
+];
+
+/// Runs `leasehold demo`; returns the process exit code (0 only when every scene showed its claim).
 pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
-    let _ = args;
-    anyhow::bail!("leasehold demo is not built yet")
+    let style = Style::detect();
+    let started = Instant::now();
+    let (_server, redis_url) = match &args.redis {
+        Some(url) => (None, url.clone()),
+        None => {
+            if !leasehold_testkit::redis_server_available() {
+                eprintln!(
+                    "leasehold demo: redis-server is not installed. Install it (apt-get install redis-server), \
+                     set REDIS_SERVER_BIN to its path, or pass --redis URL to use a running Redis."
+                );
+                return Ok(69);
+            }
+            let server = leasehold_testkit::RedisServer::start()
+                .context("cannot start a private redis-server")?;
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let con = redis::Client::open(redis_url.as_str())
+        .with_context(|| format!("bad Redis URL {redis_url}"))?
+        .get_multiplexed_async_connection()
+        .await
+        .with_context(|| format!("cannot reach Redis at {redis_url}"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("leasehold-demo-")
+        .tempdir()?;
+    let worker_exe = match args.worker_exe.clone() {
+        Some(p) => p,
+        None => std::env::current_exe().context("cannot find this executable to start workers")?,
+    };
+    let mut st = Stage {
+        redis_url: redis_url.clone(),
+        con,
+        ns: args
+            .redis
+            .as_ref()
+            .map(|_| format!("leasehold-demo-{:08x}", rand::random::<u32>())),
+        dir: dir.path().to_owned(),
+        worker_exe,
+        style,
+    };
+
+    println!(
+        "{}",
+        style.bold("leasehold demo: what a Redis lock can and cannot promise")
+    );
+    println!(
+        "{}",
+        style.dim(&format!(
+            "Redis {} ({}), SQLite resource in {}. A = a worker process we crash or pause, B/C = the next holders, · = the demo looking.",
+            redis_url,
+            if args.redis.is_some() { "given" } else { "private redis-server" },
+            dir.path().display()
+        ))
+    );
+    let chosen: Vec<u8> = if args.scene.is_empty() {
+        SCENES.iter().map(|(n, _)| *n).collect()
+    } else {
+        args.scene.clone()
+    };
+    let mut results = Vec::new();
+    for n in chosen {
+        let title = SCENES[usize::from(n - 1)].1;
+        println!();
+        println!("{}", style.bold(&format!("Scene {n}/5. {title}")));
+        let outcome = match n {
+            1 => naive::setnx_without_ttl(&mut st).await,
+            2 => naive::ttl_and_bare_del(&mut st).await,
+            3 => naive::token_lock_paused_holder(&mut st).await,
+            4 => fenced::fenced_paused_holder(&mut st).await,
+            _ => guards::database_guards(&mut st).await,
+        };
+        let shown = match outcome {
+            Ok(o) => {
+                let mark = if o.shown {
+                    style.green("✔ shown")
+                } else {
+                    style.red("✘ NOT shown")
+                };
+                println!("  Verdict {n}: {mark}: {}", o.verdict);
+                println!(
+                    "  {} {}  {}",
+                    style.dim("Lesson:"),
+                    o.lesson,
+                    style.dim(&format!("({} Redis commands shown)", o.redis_commands))
+                );
+                o.shown
+            }
+            Err(e) => {
+                println!(
+                    "  Verdict {n}: {}: the scene could not run: {e:#}",
+                    style.red("✘ NOT shown")
+                );
+                false
+            }
+        };
+        results.push((n, shown));
+    }
+    cleanup(&mut st).await;
+    let ok = results.iter().filter(|(_, s)| *s).count();
+    println!();
+    let line = format!(
+        "{ok}/{} scenes showed what they claim, in {:.1} s.",
+        results.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if ok == results.len() {
+        println!("{}", style.green(&line));
+        println!("Use the lease for efficiency; for correctness, fence at the resource or let the database enforce the rule.");
+        Ok(0)
+    } else {
+        println!("{}", style.red(&line));
+        Ok(1)
+    }
+}
+
+/// Deletes this run's keys (they matter only on a shared Redis). Uses SCAN, never KEYS.
+async fn cleanup(st: &mut Stage) {
+    let Some(ns) = &st.ns else {
+        return; // the private server goes away with its keys
+    };
+    let pattern = format!("*{ns}*");
+    let mut cursor: u64 = 0;
+    loop {
+        let page: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut st.con)
+            .await;
+        let Ok((next, keys)) = page else { return };
+        if !keys.is_empty() {
+            let _: redis::RedisResult<i64> =
+                redis::cmd("DEL").arg(&keys).query_async(&mut st.con).await;
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
 }
 
 /// Runs one worker process of the live demo; returns the process exit code.
 pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<i32> {
-    let _ = args;
-    anyhow::bail!("the demo worker is not built yet")
+    worker::run(args).await
 }

@@ -1,0 +1,152 @@
+//! The command line: clap definitions only, no behaviour. Promise: every argument is checked for form
+//! here (durations, numbers, addresses) and for meaning by the library before anything touches Redis.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration;
+
+/// Leases on Redis with fencing tokens, and proof of what they can and cannot promise.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, about)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding a lease; stop it if the lease is lost.
+    ///
+    /// Exit codes: the command's own (128+N if it died by signal N); 2 bad usage; 69 Redis unreachable;
+    /// 75 busy (see --busy-exit-code); 76 the lease was lost and the command was stopped;
+    /// 126/127 the command could not be executed / was not found.
+    #[command(
+        after_help = "Example: leasehold run --wait 30s --ttl 1m nightly-import -- ./import.sh --full"
+    )]
+    Run(RunArgs),
+    /// Show whether a lease is held, for how long, its current fence and its Redis key.
+    Status(StatusArgs),
+    /// List leases whose name matches a glob pattern (default: all).
+    List(ListArgs),
+    /// UNSAFE operator override: take a lease away from its holder and advance its fence.
+    Release(ReleaseArgs),
+    /// Tell the story live: each naive lock failing, and its fix.
+    Demo(leasehold_lab::demo::DemoArgs),
+    /// Inject faults and count which strategy keeps data correct.
+    Verify(leasehold_lab::verify::VerifyArgs),
+    /// Measure leasehold against the protocol's limit.
+    Bench(leasehold_lab::bench::BenchArgs),
+    #[command(name = "__demo-worker", hide = true)]
+    DemoWorker(leasehold_lab::demo::WorkerArgs),
+    #[command(name = "__verify-worker", hide = true)]
+    VerifyWorker(leasehold_lab::verify::WorkerArgs),
+    #[command(name = "__bench-worker", hide = true)]
+    BenchWorker(leasehold_lab::bench::WorkerArgs),
+}
+
+/// Where the leases live.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct RedisArgs {
+    /// Redis URL: redis://[user:password@]host:port[/db], or rediss:// for TLS.
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        env = "LEASEHOLD_REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub(crate) url: String,
+    /// Key prefix: a lease NAME uses the keys {PREFIX:NAME}:lock, :fence and :wake.
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        env = "LEASEHOLD_KEY_PREFIX",
+        default_value = "leasehold"
+    )]
+    pub(crate) key_prefix: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
+    /// How long to wait for a busy lease before giving up (woken by the holder's release, not by
+    /// polling). 0, the default, tries once.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "0")]
+    pub(crate) wait: Duration,
+    /// Lease length on the server; renewed every third of it while the command runs. A holder that
+    /// stops renewing (crash, pause) keeps others out for at most this long.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "30s")]
+    pub(crate) ttl: Duration,
+    /// Hard cap on how long the command may hold the lease; when reached, the lease counts as lost and
+    /// the command is stopped (exit 76). Default: no cap.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub(crate) max_hold: Option<Duration>,
+    /// After a lost lease: time between SIGTERM and SIGKILL to the command's process group.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
+    pub(crate) grace: Duration,
+    /// Exit code when the lease is busy and no wait is left (like flock -E).
+    #[arg(long, value_name = "CODE", default_value_t = crate::exit::BUSY,
+          value_parser = clap::value_parser!(i32).range(0..=255))]
+    pub(crate) busy_exit_code: i32,
+    /// Serve Prometheus metrics (wait, hold, renewals, lost leases) on this address, e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_addr: Option<SocketAddr>,
+    /// Say on stderr when the lease is acquired and released.
+    #[arg(long, short)]
+    pub(crate) verbose: bool,
+    /// Lease name (no braces or control characters, at most 256 bytes).
+    pub(crate) name: String,
+    /// The command and its arguments, after `--`. It gets LEASEHOLD_NAME and LEASEHOLD_FENCE in its
+    /// environment and, unless stdin is a terminal, runs in its own process group.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
+    /// Print one JSON object: name, key, held, ttl_ms, fence, fence_key, wake_key.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Lease name.
+    pub(crate) name: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
+    /// Print a JSON array of objects: name, key, held, ttl_ms, fence, fence_key, wake_key.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Glob over lease names (`*`, `?`, `[abc]`).
+    #[arg(default_value = "*")]
+    pub(crate) pattern: String,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    long_about = "UNSAFE operator override: delete a lease whoever holds it and advance its fence.\n\n\
+The evicted holder is NOT asked: its renewal fails, its `leasehold run` stops its command (exit 76), \
+and fenced resources refuse its later writes. Anything it does outside fenced resources before it \
+notices can overlap with the next holder. Use it to unstick a lease whose holder you know is dead or \
+must stop now."
+)]
+pub(crate) struct ReleaseArgs {
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
+    /// Required: confirms you mean to evict whoever holds the lease (unsafe for that holder).
+    #[arg(long, required = true)]
+    pub(crate) force: bool,
+    /// Print one JSON object: name, evicted, fence.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Lease name.
+    pub(crate) name: String,
+}

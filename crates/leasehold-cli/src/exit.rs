@@ -1,0 +1,42 @@
+//! Exit codes of `leasehold`, in one place so the README's table, the code and the tests agree.
+//! Promise: each failure class has its own code (sysexits.h where one fits). Limit: the command's own
+//! exit code passes through unchanged, so a command that itself exits 75 or 76 is indistinguishable
+//! from leasehold saying "busy" or "lost"; use `--busy-exit-code` to move the busy code out of its way.
+
+use leasehold::Error;
+
+/// Bad usage or configuration: unknown flag, bad duration, empty name, TTL out of range.
+pub(crate) const USAGE: i32 = 2;
+/// Redis unreachable or failing (EX_UNAVAILABLE).
+pub(crate) const UNAVAILABLE: i32 = 69;
+/// leasehold itself failed in a way that is a bug or an OS failure (EX_SOFTWARE).
+pub(crate) const SOFTWARE: i32 = 70;
+/// The lease is busy and no wait is left (EX_TEMPFAIL); changeable with `--busy-exit-code`.
+pub(crate) const BUSY: i32 = 75;
+/// The lease was lost while the command ran; the command was stopped (EX_PROTOCOL).
+pub(crate) const LOST: i32 = 76;
+/// The command exists but could not be executed (as shells report it).
+pub(crate) const CANNOT_EXECUTE: i32 = 126;
+/// The command was not found (as shells report it).
+pub(crate) const NOT_FOUND: i32 = 127;
+
+/// The exit code for a library error that ends the command before the child ran.
+pub(crate) fn for_error(e: &Error, busy_code: i32) -> i32 {
+    match e {
+        Error::Invalid { .. } => USAGE,
+        Error::Busy { .. } | Error::WaitTimeout { .. } => busy_code,
+        Error::Redis { .. } | Error::NotReplicated { .. } => UNAVAILABLE,
+        Error::LeaseLost { .. } => LOST,
+        _ => SOFTWARE,
+    }
+}
+
+/// What a library error means to an operator, as one line.
+pub(crate) fn describe(e: &Error) -> String {
+    match e {
+        Error::Redis { phase, source } if source.is_connection_refusal() || source.is_io_error() || source.is_timeout() => format!(
+            "cannot reach Redis during {phase}: {source}; check --redis / LEASEHOLD_REDIS_URL and that the server is up"
+        ),
+        other => other.to_string(),
+    }
+}

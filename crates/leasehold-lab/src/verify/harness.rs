@@ -528,6 +528,15 @@ impl Log {
         false
     }
 
+    fn first_held_since(&self, since: usize) -> Option<u32> {
+        self.events.lock().ok().and_then(|e| {
+            e.iter()
+                .skip(since)
+                .find(|(_, _, ev)| matches!(ev, Event::Held { .. }))
+                .map(|(s, _, _)| *s)
+        })
+    }
+
     fn last_op(&self, slot: u32) -> u64 {
         let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
         events
@@ -683,25 +692,45 @@ async fn run_cell_inner(
         if fault == Fault::Failover && i > 0 {
             break; // the replica has been promoted; there is nothing left to fail over to
         }
-        let slot = i % ctx.workers;
         if fault == Fault::Failover {
             if let Some(p) = redis.as_ref().and_then(|r| r.replication.as_ref()) {
                 p.cut(); // from now on the primary's writes do not reach the replica
             }
         }
+        // The fault goes to whichever worker first reaches a write inside its critical section.
         let since = log.len();
-        workers[slot as usize].send("hold").await;
+        for w in &mut workers {
+            w.send("hold").await;
+        }
         let held = log
-            .wait_for(since, Duration::from_secs(10), |s, ev| {
-                s == slot && matches!(ev, Event::Held { .. })
+            .wait_for(since, Duration::from_secs(10), |_, ev| {
+                matches!(ev, Event::Held { .. })
             })
             .await;
-        if !held {
+        for w in &mut workers {
+            w.send("unhold").await;
+        }
+        let Some(slot) = (if held {
+            log.first_held_since(since)
+        } else {
+            None
+        }) else {
             notes.push(format!(
-                "injection {} not done: worker {slot} did not reach its critical section",
+                "injection {} not done: no worker reached a write in its critical section",
                 i + 1
             ));
             continue;
+        };
+        // Let go of any other worker that stopped at the same moment: it was not the target.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        for (other, w) in workers.iter_mut().enumerate() {
+            if other as u32 != slot
+                && log.find_since(since, |s, ev| {
+                    s == other as u32 && matches!(ev, Event::Held { .. })
+                })
+            {
+                w.send("go").await;
+            }
         }
         let start = now_ms();
         let mut resume = true;

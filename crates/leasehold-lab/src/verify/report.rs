@@ -390,14 +390,16 @@ code{background:#f3f3f3;padding:1px 4px}
         first = false;
         let _ = write!(
             p,
-            "<details{}><summary>{} × {} × {} — {} {}, {} overlapping holder pairs, {} stale writes refused</summary>{}</details>",
+            "<details{}><summary>{} × {} × {} — {} {}, {}, {} stale writes refused</summary>{}</details>",
             if open { " open" } else { "" },
             r.workload,
             r.fault,
             r.strategy,
             r.violations.unwrap_or(0),
             r.violation_kind,
-            r.overlapping_holders.map(|o| o.to_string()).unwrap_or_else(|| "no lock, no".into()),
+            r.overlapping_holders
+                .map(|o| format!("{o} overlapping holder pairs"))
+                .unwrap_or_else(|| "no lock".into()),
             r.refused_stale,
             svg(t)
         );

@@ -2,7 +2,7 @@
 //! inject a fault, writes, releases, and reports each step as one JSON line on stdout.
 //!
 //! Protocol. stdout: one [`Event`] per line. stdin: `hold` (stop at the next hold point, say
-//! [`Event::Held`], and wait), `go` (continue after a hold), `stop` (finish the current operation and
+//! [`Event::Held`], and wait), `unhold` (forget a `hold` not yet reached), `go` (continue after a hold), `stop` (finish the current operation and
 //! exit). The harness never trusts a worker's word about what was written: the resource's history is
 //! the record; the events only give the lease intervals and the refusals for the report.
 
@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use leasehold::lease::{Lease, LeaseClient, LeaseOptions};
 
-use super::resource::{Outcome, Resource};
+use super::resource::{Outcome, Plan, Resource};
 use super::{Strategy, WorkerArgs};
 
 /// One line a worker prints.
@@ -242,6 +242,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
             match line {
                 Ok(line) => match line.trim() {
                     "hold" => reader.hold_next.store(true, Ordering::SeqCst),
+                    "unhold" => reader.hold_next.store(false, Ordering::SeqCst),
                     "go" => reader.go.notify_one(),
                     "stop" => reader.stop.store(true, Ordering::SeqCst),
                     _ => {}
@@ -328,7 +329,9 @@ async fn critical_section(
         return Ok(());
     }
     let plan = resource.read(args.workload, op).await?;
-    if control.hold_next.swap(false, Ordering::SeqCst) {
+    // The harness's faults land here: inside the critical section, after the read, before a write
+    // that depends on it (an operation with nothing to write cannot be hurt, so it does not stop).
+    if !matches!(plan, Plan::Skip) && control.hold_next.swap(false, Ordering::SeqCst) {
         emit(&Event::Held { op });
         control.go.notified().await;
     }

@@ -229,7 +229,10 @@ mod tests {
 
         proxy.set_delay(Duration::from_millis(150));
         let rtt = round_trip(proxy.addr()).await.unwrap();
-        assert!(rtt >= Duration::from_millis(290), "delay not applied: {rtt:?}");
+        assert!(
+            rtt >= Duration::from_millis(290),
+            "delay not applied: {rtt:?}"
+        );
         proxy.set_delay(Duration::ZERO);
 
         let mut open = TcpStream::connect(proxy.addr()).await.unwrap();
@@ -238,9 +241,13 @@ mod tests {
         open.read_exact(&mut one).await.unwrap();
         proxy.cut();
         let mut rest = Vec::new();
-        let closed = tokio::time::timeout(Duration::from_secs(5), open.read_to_end(&mut rest)).await;
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), open.read_to_end(&mut rest)).await;
         assert!(closed.is_ok(), "an open connection must be closed by a cut");
-        assert!(round_trip(proxy.addr()).await.is_err(), "a cut proxy must refuse");
+        assert!(
+            round_trip(proxy.addr()).await.is_err(),
+            "a cut proxy must refuse"
+        );
 
         proxy.restore();
         round_trip(proxy.addr()).await.unwrap();

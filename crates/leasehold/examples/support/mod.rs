@@ -1,0 +1,46 @@
+//! What every example shares: a database to run against.
+//!
+//! By default a SQLite file in a fresh temporary directory (nothing to install). Set
+//! `LEASEHOLD_DATABASE_URL=postgres://...` to run the same example on PostgreSQL; it then works in
+//! its own schema `leasehold_examples`, which it drops and creates again on every run.
+
+use leasehold::db::Database;
+
+/// The database, migrated, and the temporary directory that must outlive it (SQLite only).
+pub(crate) async fn database() -> leasehold::Result<(Database, Option<tempfile::TempDir>)> {
+    if let Ok(url) = std::env::var("LEASEHOLD_DATABASE_URL") {
+        // Start from scratch so the example can run again.
+        let admin = Database::connect(&url).await?;
+        let mut tx = admin.begin().await?;
+        tx.execute("DROP SCHEMA IF EXISTS leasehold_examples CASCADE", &[])
+            .await?;
+        tx.commit().await?;
+        admin.close().await;
+        let db = Database::builder(url)
+            .postgres_schema("leasehold_examples")
+            .connect()
+            .await?;
+        db.migrate().await?;
+        println!("database: PostgreSQL, schema leasehold_examples");
+        return Ok((db, None));
+    }
+    let dir = tempfile::tempdir().map_err(|e| leasehold::Error::Invalid {
+        what: "temporary directory",
+        why: e.to_string(),
+    })?;
+    let path = dir.path().join("example.db");
+    let db = Database::connect(&format!("sqlite:{}", path.display())).await?;
+    db.migrate().await?;
+    println!("database: SQLite file {}", path.display());
+    Ok((db, Some(dir)))
+}
+
+/// Runs portable DDL (drops the table first so the example can run again).
+pub(crate) async fn fresh_table(db: &Database, name: &str, columns: &str) -> leasehold::Result<()> {
+    let mut tx = db.begin().await?;
+    tx.execute(&format!("DROP TABLE IF EXISTS {name}"), &[])
+        .await?;
+    tx.execute(&format!("CREATE TABLE {name} ({columns})"), &[])
+        .await?;
+    tx.commit().await
+}

@@ -643,6 +643,11 @@ async fn run_cell_inner(
     strategy: Strategy,
 ) -> anyhow::Result<CellResult> {
     resource.setup(workload, strategy).await?;
+    if strategy == Strategy::LeaseFence {
+        let fenced = super::resource::Fenced::connect(&ctx.database, prefix, key).await?;
+        fenced.migrate().await?;
+        fenced.close().await;
+    }
     let mut redis = if strategy.uses_redis() {
         Some(RedisSetup::start(ctx, fault).await?)
     } else {

@@ -161,7 +161,7 @@ impl Resource {
         })
     }
 
-    fn t(&self, table: &str) -> String {
+    pub(crate) fn t(&self, table: &str) -> String {
         format!("{}{table}", self.prefix)
     }
 
@@ -183,10 +183,6 @@ impl Resource {
             "CREATE TABLE {} (seq {}, at_ms BIGINT NOT NULL, item TEXT NOT NULL, old_val TEXT, new_val TEXT, writer BIGINT NOT NULL, fence BIGINT NOT NULL)",
             self.t("history"),
             d.serial()
-        ));
-        ddl.push(format!(
-            "CREATE TABLE {} (resource TEXT PRIMARY KEY, fence BIGINT NOT NULL)",
-            self.t("fence")
         ));
         let guards = strategy == Strategy::DbGuards;
         let (table, event, item, old, new) = match workload {
@@ -326,32 +322,6 @@ impl Resource {
             .map_err(Into::into)
     }
 
-    /// Announces `fence` to the resource before reading, in its own transaction, so a holder whose
-    /// lease was superseded cannot write between our read and our write. `false` when it is stale.
-    pub(crate) async fn register_fence(&self, fence: i64) -> anyhow::Result<bool> {
-        let mut tx = self.pool.begin().await?;
-        let ok = self.fence_check(&mut tx, fence).await?;
-        if ok {
-            tx.commit().await?;
-        }
-        Ok(ok)
-    }
-
-    async fn fence_check(
-        &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-        fence: i64,
-    ) -> anyhow::Result<bool> {
-        let done = sqlx::query(&format!(
-            "INSERT INTO {} AS f (resource, fence) VALUES ('resource', $1) ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE f.fence <= excluded.fence",
-            self.t("fence")
-        ))
-        .bind(fence)
-        .execute(&mut **tx)
-        .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
     /// Reads what the operation `op` of `workload` needs and decides what to write.
     pub(crate) async fn read(&self, workload: Workload, op: u64) -> anyhow::Result<Plan> {
         Ok(match workload {
@@ -436,8 +406,8 @@ impl Resource {
         })
     }
 
-    /// Writes `plan` as `strategy` does: plainly (the lock is trusted), fenced (`fence` checked in
-    /// the same transaction), or guarded by the database (conditional statements, unique keys).
+    /// Writes `plan` as `strategy` does: plainly (the lock is trusted) or guarded by the database
+    /// (conditional statements, unique keys, inbox). The fenced strategy writes through [`Fenced`].
     pub(crate) async fn write(
         &self,
         plan: &Plan,
@@ -450,10 +420,6 @@ impl Resource {
         }
         let guarded = strategy == Strategy::DbGuards;
         let mut tx = self.pool.begin().await?;
-        if strategy == Strategy::LeaseFence && !self.fence_check(&mut tx, fence).await? {
-            tx.rollback().await?;
-            return Ok(Outcome::Stale);
-        }
         let applied = match plan {
             Plan::Counter { read } => {
                 let cond = if guarded { " AND value = $4" } else { "" };
@@ -558,5 +524,130 @@ impl Resource {
             tx.rollback().await?;
             Ok(Outcome::Guarded)
         }
+    }
+}
+
+/// The lease-fence strategy's writes, through leasehold's own fenced transactions
+/// ([`leasehold::db::Database::begin_fenced`]): the fence is checked and stored first thing in the
+/// transaction that carries the business write.
+#[derive(Debug)]
+pub(crate) struct Fenced {
+    db: leasehold::db::Database,
+    /// The fenced resource's name in `leasehold_fences` (one per cell).
+    resource: String,
+}
+
+impl Fenced {
+    /// Opens leasehold's database handle on the same database as the cell's tables (on PostgreSQL in
+    /// the cell's schema, so `leasehold_fences` is the cell's own).
+    pub(crate) async fn connect(url: &str, prefix: &str, resource: &str) -> anyhow::Result<Self> {
+        let mut builder = leasehold::db::Database::builder(url).max_connections(2);
+        if let Some((schema, _)) = prefix.split_once('.') {
+            builder = builder.postgres_schema(schema);
+        }
+        let db = builder
+            .connect()
+            .await
+            .context("leasehold database for fenced writes")?;
+        Ok(Self {
+            db,
+            resource: resource.to_owned(),
+        })
+    }
+
+    /// Creates leasehold's tables (the harness does this once per cell).
+    pub(crate) async fn migrate(&self) -> anyhow::Result<()> {
+        self.db.migrate().await?;
+        Ok(())
+    }
+
+    async fn begin(&self, fence: i64) -> anyhow::Result<Option<leasehold::db::Tx>> {
+        let fence = leasehold::Fence::new(u64::try_from(fence).context("negative fence")?);
+        match self.db.begin_fenced(&self.resource, fence).await {
+            Ok(tx) => Ok(Some(tx)),
+            Err(leasehold::Error::StaleFence { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Announces `fence` to the resource before reading, in a fenced transaction of its own, so a
+    /// holder whose lease was superseded cannot write between our read and our write (a fence checked
+    /// only at the write would let it). `false` when the fence is already stale.
+    pub(crate) async fn register(&self, fence: i64) -> anyhow::Result<bool> {
+        match self.begin(fence).await? {
+            Some(tx) => {
+                tx.commit().await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Writes `plan` in a fenced transaction on `resource`'s tables.
+    pub(crate) async fn write(
+        &self,
+        resource: &Resource,
+        plan: &Plan,
+        writer: i64,
+        fence: i64,
+    ) -> anyhow::Result<Outcome> {
+        use leasehold::db::Param;
+        if matches!(plan, Plan::Skip) {
+            return Ok(Outcome::Skipped);
+        }
+        let Some(mut tx) = self.begin(fence).await? else {
+            return Ok(Outcome::Stale);
+        };
+        let (w, f) = (Param::I64(writer), Param::I64(fence));
+        match plan {
+            Plan::Counter { read } => {
+                let sql = format!(
+                    "UPDATE {} SET value = $1, writer = $2, fence = $3 WHERE id = 1",
+                    resource.t("counter")
+                );
+                tx.execute(&sql, &[Param::I64(read + 1), w, f]).await?;
+            }
+            Plan::CreateOrder { request } => {
+                let sql = format!(
+                    "INSERT INTO {} (request_id, writer, fence) VALUES ($1, $2, $3)",
+                    resource.t("orders")
+                );
+                tx.execute(&sql, &[Param::Text(request), w, f]).await?;
+            }
+            Plan::Sell { read } => {
+                let sql = format!(
+                    "UPDATE {} SET units = $1, writer = $2, fence = $3 WHERE id = 1",
+                    resource.t("stock")
+                );
+                tx.execute(&sql, &[Param::I64(read - 1), w, f]).await?;
+            }
+            Plan::Transition { order, to, .. } => {
+                let sql = format!(
+                    "UPDATE {} SET state = $1, writer = $2, fence = $3 WHERE id = $4",
+                    resource.t("order_state")
+                );
+                tx.execute(&sql, &[Param::Text(to), w, f, Param::I64(*order)])
+                    .await?;
+            }
+            Plan::Apply { message } => {
+                let sql = format!(
+                    "UPDATE {} SET balance = balance + 10 WHERE id = 1",
+                    resource.t("account")
+                );
+                tx.execute(&sql, &[]).await?;
+                let sql = format!(
+                    "INSERT INTO {} (message_id, writer, fence) VALUES ($1, $2, $3)",
+                    resource.t("applied")
+                );
+                tx.execute(&sql, &[Param::Text(message), w, f]).await?;
+            }
+            Plan::Skip => unreachable!("handled above"),
+        }
+        tx.commit().await?;
+        Ok(Outcome::Accepted)
+    }
+
+    pub(crate) async fn close(&self) {
+        self.db.close().await;
     }
 }

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use leasehold::lease::{Lease, LeaseClient, LeaseOptions};
 
-use super::resource::{Outcome, Plan, Resource};
+use super::resource::{Fenced, Outcome, Plan, Resource};
 use super::{Strategy, WorkerArgs};
 
 /// One line a worker prints.
@@ -233,6 +233,12 @@ async fn backoff(deadline: tokio::time::Instant) -> anyhow::Result<()> {
 /// Runs the worker until `stop` arrives on stdin (or stdin closes).
 pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let resource = Resource::connect(&args.database, &args.prefix, 2).await?;
+    let fenced = match args.strategy {
+        Strategy::LeaseFence => {
+            Some(Fenced::connect(&args.database, &args.prefix, &args.key).await?)
+        }
+        _ => None,
+    };
     let mut locker = Locker::new(&args).await?;
     let control = Arc::new(Control::default());
     let reader = control.clone();
@@ -259,7 +265,17 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let mut done = 0u64;
     let mut retries = 0u32;
     while !control.stop.load(Ordering::SeqCst) {
-        match one_op(&args, &resource, &mut locker, &control, op, work).await {
+        match one_op(
+            &args,
+            &resource,
+            fenced.as_ref(),
+            &mut locker,
+            &control,
+            op,
+            work,
+        )
+        .await
+        {
             Ok(()) => {
                 op += 1;
                 done += 1;
@@ -287,6 +303,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
 async fn one_op(
     args: &WorkerArgs,
     resource: &Resource,
+    fenced: Option<&Fenced>,
     locker: &mut Locker,
     control: &Control,
     op: u64,
@@ -301,7 +318,7 @@ async fn one_op(
             fence,
         });
     }
-    let result = critical_section(args, resource, control, op, work, fence).await;
+    let result = critical_section(args, resource, fenced, control, op, work, fence).await;
     if locked {
         // The holder's own view ends when it sends the release, not when the reply arrives.
         let at_ms = now_ms();
@@ -314,12 +331,17 @@ async fn one_op(
 async fn critical_section(
     args: &WorkerArgs,
     resource: &Resource,
+    fenced: Option<&Fenced>,
     control: &Control,
     op: u64,
     work: Duration,
     fence: i64,
 ) -> anyhow::Result<()> {
-    if args.strategy == Strategy::LeaseFence && !resource.register_fence(fence).await? {
+    let registered = match fenced {
+        Some(f) => f.register(fence).await?,
+        None => true,
+    };
+    if !registered {
         emit(&Event::Wrote {
             op,
             at_ms: now_ms(),
@@ -336,9 +358,14 @@ async fn critical_section(
         control.go.notified().await;
     }
     tokio::time::sleep(work).await;
-    let outcome = resource
-        .write(&plan, args.strategy, args.slot as i64, fence)
-        .await?;
+    let outcome = match fenced {
+        Some(f) => f.write(resource, &plan, args.slot as i64, fence).await?,
+        None => {
+            resource
+                .write(&plan, args.strategy, args.slot as i64, fence)
+                .await?
+        }
+    };
     emit(&Event::Wrote {
         op,
         at_ms: now_ms(),

@@ -288,7 +288,22 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
             Some((status, note)) => CellResult::empty(w, f, s, status, note),
             None => {
                 let t0 = Instant::now();
-                let mut r = match run_cell(&ctx, i, w, f, s).await {
+                // On Ctrl-C or SIGTERM the cell's future is dropped: its workers are killed
+                // (kill_on_drop) and its redis-servers stopped (their Drop), so nothing is left behind.
+                let outcome = tokio::select! {
+                    r = run_cell(&ctx, i, w, f, s) => r,
+                    _ = interrupted() => {
+                        if let Some(bar) = &bar {
+                            bar.abandon();
+                        }
+                        eprintln!("leasehold verify: interrupted; {} of {} cells done", i, cells.len());
+                        // A redis-server being started on a blocking thread is stopped when that
+                        // start returns; give it the moment it needs before the process exits.
+                        tokio::time::sleep(Duration::from_millis(700)).await;
+                        return Ok(130);
+                    }
+                };
+                let mut r = match outcome {
                     Ok(r) => r,
                     Err(e) => CellResult::empty(w, f, s, CellStatus::Error, format!("{e:#}")),
                 };
@@ -366,6 +381,22 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Completes on Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
 fn command_line(args: &VerifyArgs) -> String {
     let mut s = String::from("leasehold verify");
     if args.quick {
@@ -431,11 +462,12 @@ impl RedisSetup {
                     let replication = Proxy::start(upstream).await?;
                     let port = replication.port();
                     let replica = tokio::task::spawn_blocking(move || {
-                        let r = RedisServer::builder().replica_of(port).start()?;
-                        r.wait_until_synced()?;
-                        Ok::<_, std::io::Error>(r)
+                        RedisServer::builder().replica_of(port).start()
                     })
                     .await??;
+                    // Waited for here, not on the blocking thread, so an interrupted run drops
+                    // (and stops) the replica at once.
+                    wait_until_synced(&replica.url()).await?;
                     (Some(replica), Some(replication))
                 } else {
                     (None, None)
@@ -471,6 +503,25 @@ impl RedisSetup {
             self.proxies[slot as usize].addr(),
             self.url_tail
         )
+    }
+}
+
+async fn wait_until_synced(url: &str) -> anyhow::Result<()> {
+    let client = redis::Client::open(url)?;
+    let mut con = client.get_multiplexed_async_connection().await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut con)
+            .await?;
+        if info.contains("master_link_status:up") {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("the replica did not sync with its primary within 10 s: {info}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

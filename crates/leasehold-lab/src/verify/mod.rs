@@ -7,7 +7,7 @@
 //! accepted. Limit: a cell with 0 violations shows the bug did not happen in this run, not that it
 //! cannot; only the strategies documented as safe by design are expected to stay at 0 always.
 //!
-//! Layout: [`harness`](self) runs cells and injects faults (`harness.rs`), `worker.rs` is the worker
+//! Layout: `harness.rs` runs the cells and injects the faults, `worker.rs` is the worker
 //! process and its line protocol, `resource.rs` the SQL resource and its history, `checker.rs` turns a
 //! history into violations, `report.rs` writes the table, the JSON and the HTML timeline.
 

@@ -113,6 +113,16 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
     .next()
     .unwrap();
     assert!(fenced["refused_stale"].as_u64().unwrap() > 0, "{fenced}");
+    // The database guards held by refusing the paused worker's stale conditional write.
+    let guarded = cells(&json, |c| {
+        c["strategy"] == "db-guards" && c["fault"] == "pause" && c["workload"] == "counter"
+    })
+    .next()
+    .unwrap();
+    assert!(
+        guarded["refused_by_guard"].as_u64().unwrap() > 0,
+        "{guarded}"
+    );
     // Faults that cannot apply are marked, not counted.
     let na: Vec<&Value> = cells(&json, |c| {
         c["strategy"] == "db-guards" && c["fault"] == "net-cut"

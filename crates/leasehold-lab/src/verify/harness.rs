@@ -699,6 +699,11 @@ async fn run_cell_inner(
         fenced.migrate().await?;
         fenced.close().await;
     }
+    if strategy == Strategy::DbGuards {
+        let guards = super::resource::Guards::connect(&ctx.database, prefix, key).await?;
+        guards.migrate().await?;
+        guards.close().await;
+    }
     let mut redis = if strategy.uses_redis() {
         Some(RedisSetup::start(ctx, fault).await?)
     } else {

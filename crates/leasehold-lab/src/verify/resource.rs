@@ -194,7 +194,7 @@ impl Resource {
                 ));
                 (
                     "counter",
-                    "UPDATE",
+                    "UPDATE OF value",
                     "CAST(NEW.id AS TEXT)",
                     "CAST(OLD.value AS TEXT)",
                     "CAST(NEW.value AS TEXT)",
@@ -219,7 +219,7 @@ impl Resource {
                 ));
                 (
                     "stock",
-                    "UPDATE",
+                    "UPDATE OF units",
                     "CAST(NEW.id AS TEXT)",
                     "CAST(OLD.units AS TEXT)",
                     "CAST(NEW.units AS TEXT)",
@@ -229,7 +229,7 @@ impl Resource {
                 ddl.push(format!("CREATE TABLE {} (id BIGINT PRIMARY KEY, state TEXT NOT NULL, writer BIGINT NOT NULL DEFAULT 0, fence BIGINT NOT NULL DEFAULT 0)", self.t("order_state")));
                 (
                     "order_state",
-                    "UPDATE",
+                    "UPDATE OF state",
                     "CAST(NEW.id AS TEXT)",
                     "OLD.state",
                     "NEW.state",
@@ -649,5 +649,141 @@ impl Fenced {
 
     pub(crate) async fn close(&self) {
         self.db.close().await;
+    }
+}
+
+/// The database-guard strategy's writes, through leasehold's own guards on a [`leasehold::db::Tx`]:
+/// [`leasehold::state::Stock`] (bounded decrement), [`leasehold::state::StateMachine`] (declared
+/// transitions), [`leasehold::inbox::Inbox`] (message dedup in the business transaction), plus a
+/// unique index (orders) and a conditional update (the counter) written as plain SQL.
+#[derive(Debug)]
+pub(crate) struct Guards {
+    db: leasehold::db::Database,
+    /// The cell's table name prefix as seen on the leasehold connection (no schema on PostgreSQL,
+    /// where the connection's search path is the cell's schema).
+    bare_prefix: String,
+    consumer: String,
+}
+
+impl Guards {
+    pub(crate) async fn connect(url: &str, prefix: &str, consumer: &str) -> anyhow::Result<Self> {
+        let mut builder = leasehold::db::Database::builder(url).max_connections(2);
+        let bare_prefix = match prefix.split_once('.') {
+            Some((schema, rest)) => {
+                builder = builder.postgres_schema(schema);
+                rest.to_owned()
+            }
+            None => prefix.to_owned(),
+        };
+        let db = builder
+            .connect()
+            .await
+            .context("leasehold database for the guards")?;
+        Ok(Self {
+            db,
+            bare_prefix,
+            consumer: consumer.replace(':', "-"),
+        })
+    }
+
+    fn t(&self, table: &str) -> String {
+        format!("{}{table}", self.bare_prefix)
+    }
+
+    /// Creates leasehold's tables (the harness does this once per cell).
+    pub(crate) async fn migrate(&self) -> anyhow::Result<()> {
+        self.db.migrate().await?;
+        Ok(())
+    }
+
+    pub(crate) async fn close(&self) {
+        self.db.close().await;
+    }
+
+    /// Writes `plan` with the guard that fits it; [`Outcome::Guarded`] when the guard refused.
+    pub(crate) async fn write(&self, plan: &Plan, writer: i64) -> anyhow::Result<Outcome> {
+        use leasehold::db::Param;
+        use leasehold::Error;
+        if matches!(plan, Plan::Skip) {
+            return Ok(Outcome::Skipped);
+        }
+        let mut tx = self.db.begin().await?;
+        let w = Param::I64(writer);
+        let applied = match plan {
+            Plan::Counter { read } => {
+                let sql = format!(
+                    "UPDATE {} SET value = $1, writer = $2 WHERE id = 1 AND value = $3",
+                    self.t("counter")
+                );
+                tx.execute(&sql, &[Param::I64(read + 1), w, Param::I64(*read)])
+                    .await?
+                    == 1
+            }
+            Plan::CreateOrder { request } => {
+                let sql = format!(
+                    "INSERT INTO {} (request_id, writer, fence) VALUES ($1, $2, 0) ON CONFLICT (request_id) DO NOTHING",
+                    self.t("orders")
+                );
+                tx.execute(&sql, &[Param::Text(request), w]).await? == 1
+            }
+            Plan::Sell { .. } => {
+                // The writer column first (the history trigger fires on the quantity only).
+                let sql = format!("UPDATE {} SET writer = $1 WHERE id = 1", self.t("stock"));
+                tx.execute(&sql, &[w]).await?;
+                let stock = leasehold::state::Stock::new(&self.t("stock"), "id", "units")?;
+                match stock.reserve(&mut tx, Param::I64(1), 1, None).await {
+                    Ok(_) => true,
+                    Err(Error::Insufficient { .. }) => false,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Plan::Transition { order, from, to } => {
+                let sql = format!(
+                    "UPDATE {} SET writer = $1 WHERE id = $2",
+                    self.t("order_state")
+                );
+                tx.execute(&sql, &[w, Param::I64(*order)]).await?;
+                let mut machine = leasehold::state::StateMachine::builder(&self.t("order_state"));
+                for (f, t) in TRANSITIONS {
+                    machine = machine.transition(f, t);
+                }
+                match machine
+                    .build()?
+                    .transition(&mut tx, Param::I64(*order), from, to)
+                    .await
+                {
+                    Ok(()) => true,
+                    Err(Error::TransitionRace { .. }) => false,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Plan::Apply { message } => {
+                let inbox = leasehold::inbox::Inbox::new(&self.consumer)?;
+                match inbox.record(&mut tx, message).await? {
+                    leasehold::inbox::Delivery::First => {
+                        let sql = format!(
+                            "UPDATE {} SET balance = balance + 10 WHERE id = 1",
+                            self.t("account")
+                        );
+                        tx.execute(&sql, &[]).await?;
+                        let sql = format!(
+                            "INSERT INTO {} (message_id, writer, fence) VALUES ($1, $2, 0)",
+                            self.t("applied")
+                        );
+                        tx.execute(&sql, &[Param::Text(message), w]).await?;
+                        true
+                    }
+                    leasehold::inbox::Delivery::Duplicate => false,
+                }
+            }
+            Plan::Skip => unreachable!("handled above"),
+        };
+        if applied {
+            tx.commit().await?;
+            Ok(Outcome::Accepted)
+        } else {
+            tx.rollback().await?;
+            Ok(Outcome::Guarded)
+        }
     }
 }

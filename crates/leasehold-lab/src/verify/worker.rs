@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 use leasehold::lease::{Lease, LeaseClient, LeaseOptions};
 
-use super::resource::{Fenced, Outcome, Plan, Resource};
+use super::resource::{Fenced, Guards, Outcome, Plan, Resource};
 use super::{Strategy, WorkerArgs};
 
 /// One line a worker prints.
@@ -239,6 +239,10 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
         }
         _ => None,
     };
+    let guards = match args.strategy {
+        Strategy::DbGuards => Some(Guards::connect(&args.database, &args.prefix, &args.key).await?),
+        _ => None,
+    };
     let mut locker = Locker::new(&args).await?;
     let control = Arc::new(Control::default());
     let reader = control.clone();
@@ -269,6 +273,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
             &args,
             &resource,
             fenced.as_ref(),
+            guards.as_ref(),
             &mut locker,
             &control,
             op,
@@ -304,6 +309,7 @@ async fn one_op(
     args: &WorkerArgs,
     resource: &Resource,
     fenced: Option<&Fenced>,
+    guards: Option<&Guards>,
     locker: &mut Locker,
     control: &Control,
     op: u64,
@@ -318,7 +324,7 @@ async fn one_op(
             fence,
         });
     }
-    let result = critical_section(args, resource, fenced, control, op, work, fence).await;
+    let result = critical_section(args, resource, fenced, guards, control, op, work, fence).await;
     if locked {
         // The holder's own view ends when it sends the release, not when the reply arrives.
         let at_ms = now_ms();
@@ -332,6 +338,7 @@ async fn critical_section(
     args: &WorkerArgs,
     resource: &Resource,
     fenced: Option<&Fenced>,
+    guards: Option<&Guards>,
     control: &Control,
     op: u64,
     work: Duration,
@@ -358,9 +365,10 @@ async fn critical_section(
         control.go.notified().await;
     }
     tokio::time::sleep(work).await;
-    let outcome = match fenced {
-        Some(f) => f.write(resource, &plan, args.slot as i64, fence).await?,
-        None => {
+    let outcome = match (fenced, guards) {
+        (Some(f), _) => f.write(resource, &plan, args.slot as i64, fence).await?,
+        (None, Some(g)) => g.write(&plan, args.slot as i64).await?,
+        (None, None) => {
             resource
                 .write(&plan, args.strategy, args.slot as i64, fence)
                 .await?

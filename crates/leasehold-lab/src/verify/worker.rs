@@ -230,6 +230,15 @@ async fn backoff(deadline: tokio::time::Instant) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the worker's reads and writes go: the cell's tables, and leasehold's fenced transactions
+/// or guards when the strategy uses them.
+#[derive(Debug)]
+struct Writers {
+    resource: Resource,
+    fenced: Option<Fenced>,
+    guards: Option<Guards>,
+}
+
 /// Runs the worker until `stop` arrives on stdin (or stdin closes).
 pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let resource = Resource::connect(&args.database, &args.prefix, 2).await?;
@@ -242,6 +251,11 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let guards = match args.strategy {
         Strategy::DbGuards => Some(Guards::connect(&args.database, &args.prefix, &args.key).await?),
         _ => None,
+    };
+    let writers = Writers {
+        resource,
+        fenced,
+        guards,
     };
     let mut locker = Locker::new(&args).await?;
     let control = Arc::new(Control::default());
@@ -269,18 +283,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let mut done = 0u64;
     let mut retries = 0u32;
     while !control.stop.load(Ordering::SeqCst) {
-        match one_op(
-            &args,
-            &resource,
-            fenced.as_ref(),
-            guards.as_ref(),
-            &mut locker,
-            &control,
-            op,
-            work,
-        )
-        .await
-        {
+        match one_op(&args, &writers, &mut locker, &control, op, work).await {
             Ok(()) => {
                 op += 1;
                 done += 1;
@@ -307,9 +310,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
 
 async fn one_op(
     args: &WorkerArgs,
-    resource: &Resource,
-    fenced: Option<&Fenced>,
-    guards: Option<&Guards>,
+    writers: &Writers,
     locker: &mut Locker,
     control: &Control,
     op: u64,
@@ -324,7 +325,7 @@ async fn one_op(
             fence,
         });
     }
-    let result = critical_section(args, resource, fenced, guards, control, op, work, fence).await;
+    let result = critical_section(args, writers, control, op, work, fence).await;
     if locked {
         // The holder's own view ends when it sends the release, not when the reply arrives.
         let at_ms = now_ms();
@@ -336,14 +337,17 @@ async fn one_op(
 
 async fn critical_section(
     args: &WorkerArgs,
-    resource: &Resource,
-    fenced: Option<&Fenced>,
-    guards: Option<&Guards>,
+    writers: &Writers,
     control: &Control,
     op: u64,
     work: Duration,
     fence: i64,
 ) -> anyhow::Result<()> {
+    let Writers {
+        resource,
+        fenced,
+        guards,
+    } = writers;
     let registered = match fenced {
         Some(f) => f.register(fence).await?,
         None => true,

@@ -675,7 +675,7 @@ async fn run_cell(
     let dialect = super::resource::Dialect::of(&ctx.database)?;
     let prefix = match dialect {
         super::resource::Dialect::Postgres => format!("lhv_{}_c{index}.", ctx.run_id),
-        super::resource::Dialect::Sqlite => format!("c{index}_"),
+        super::resource::Dialect::Sqlite => format!("r{}_c{index}_", ctx.run_id),
     };
     let key = format!("lhv:{}:c{index}", ctx.run_id);
     let resource = Resource::connect(&ctx.database, &prefix, 2).await?;

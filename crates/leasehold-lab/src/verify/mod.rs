@@ -115,7 +115,8 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
     /// Use this database (postgres://… or sqlite://FILE) instead of a temporary SQLite file. Each cell
-    /// works in its own schema (PostgreSQL) or its own tables (SQLite), dropped afterwards on PostgreSQL.
+    /// works in its own schema on PostgreSQL (dropped afterwards) or its own `r<run>_c<cell>_` tables
+    /// on SQLite (kept, for inspection).
     #[arg(long, value_name = "URL")]
     pub database: Option<String>,
     /// Only these workloads (repeat or comma-separate).

@@ -325,3 +325,60 @@ async fn garbage_input_is_refused_with_a_clear_error() {
     // Nothing was left held by the refused calls.
     assert!(c.list("*").await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_watchdog_renews_many_leases_in_few_round_trips() {
+    let srv = server();
+    let c = client(&srv).await;
+    let o = opts(1_500); // renewed every 500 ms
+    let n = 2_000;
+    let mut leases = Vec::with_capacity(n);
+    let mut pending = Vec::new();
+    for i in 0..n {
+        let (c, o) = (c.clone(), o.clone());
+        pending.push(tokio::spawn(async move {
+            c.try_acquire(&format!("many-{i}"), &o).await
+        }));
+    }
+    for p in pending {
+        leases.push(p.await.unwrap().unwrap());
+    }
+    let before = c.round_trips();
+    tokio::time::sleep(ms(2_000)).await; // about 4 renewal periods: 8,000 renewals
+    let sent = c.round_trips() - before;
+    let lost = leases.iter().filter(|l| l.is_lost()).count();
+    assert_eq!(lost, 0, "{lost} of {n} leases lost while renewed");
+    println!(
+        "{n} leases held for 2 s: {sent} round trips for about {} renewals",
+        n * 4
+    );
+    assert!(sent <= 40, "renewals were not batched: {sent} round trips");
+    for l in leases {
+        l.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_does_not_leave_the_lock_taken() {
+    let srv = server();
+    let c = client(&srv).await;
+    let o = opts(60_000);
+    for i in 0..20u64 {
+        // Cancel at varying points: before the request left, while it is on the wire, after.
+        let cut = Duration::from_micros(i * 150);
+        let _ = tokio::time::timeout(cut, c.try_acquire("cancelled", &o)).await;
+        let freed = eventually(ms(2_000), async || {
+            !c.inspect("cancelled").await.unwrap().held
+        })
+        .await;
+        assert!(
+            freed,
+            "round {i}: a cancelled acquire left the 60 s lock taken"
+        );
+    }
+    // A kept acquire still works and holds.
+    let l = c.try_acquire("cancelled", &o).await.unwrap();
+    tokio::time::sleep(ms(200)).await;
+    assert!(c.inspect("cancelled").await.unwrap().held);
+    l.release().await.unwrap();
+}

@@ -337,6 +337,7 @@ async fn acl_users_authenticate_from_the_url_and_a_wrong_password_is_a_clear_err
             },
         ) => {
             let msg = e.to_string();
+            println!("wrong password: {msg}");
             assert!(
                 msg.contains("WRONGPASS") || msg.to_lowercase().contains("password"),
                 "{msg}"
@@ -349,11 +350,219 @@ async fn acl_users_authenticate_from_the_url_and_a_wrong_password_is_a_clear_err
         other => panic!("expected a connect error, got {other:?}"),
     }
     let anonymous = format!("redis://127.0.0.1:{}/", srv.port());
+    match LeaseClient::connect(&anonymous).await {
+        Err(
+            e @ Error::Redis {
+                phase: Phase::Connect,
+                ..
+            },
+        ) => println!("no credentials: {e}"),
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+}
+
+/// A redis-server that only speaks TLS, with a certificate from a fresh private CA; killed on drop.
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+    cert: Vec<u8>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tls_redis() -> Option<TlsRedis> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let p = &p;
+    let openssl = |args: &[&str]| {
+        std::process::Command::new("openssl")
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    // A private CA and a server certificate it signed (web PKI refuses a CA as the end entity).
+    std::fs::write(
+        p("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let made = openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.pem"),
+        "-subj",
+        "/CN=leasehold test CA",
+    ]) && openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &p("key.pem"),
+        "-out",
+        &p("server.csr"),
+        "-subj",
+        "/CN=127.0.0.1",
+    ]) && openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("server.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-out",
+        &p("cert.pem"),
+        "-extfile",
+        &p("ext.cnf"),
+    ]);
+    if !made {
+        return None;
+    }
+    let port = leasehold_testkit::free_port();
+    let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
+    let child = std::process::Command::new(bin)
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            &p("cert.pem"),
+            "--tls-key-file",
+            &p("key.pem"),
+        ])
+        .args([
+            "--tls-ca-cert-file",
+            &p("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+        ])
+        .args(["--save", "", "--appendonly", "no", "--dir", &p("")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let cert = std::fs::read(p("ca.pem")).unwrap();
+    let server = TlsRedis {
+        child,
+        port,
+        cert,
+        _dir: dir,
+    };
+    let end = Instant::now() + ms(5_000);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(ms(20));
+    }
+    Some(server)
+}
+
+#[tokio::test]
+async fn tls_through_a_rediss_url_with_a_private_root_certificate() {
+    let Some(srv) = tls_redis() else {
+        println!("note: openssl or a TLS-capable redis-server is missing; skipping the TLS test");
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}/", srv.port);
+    let c = LeaseClient::builder(&url)
+        .tls_root_ca_pem(srv.cert.clone())
+        .connect()
+        .await
+        .expect("TLS connect with the server's certificate as root");
+    let l = c.try_acquire("tls", &opts(2_000)).await.unwrap();
     assert!(matches!(
-        LeaseClient::connect(&anonymous).await,
-        Err(Error::Redis {
-            phase: Phase::Connect,
-            ..
-        })
+        c.try_acquire("tls", &opts(2_000)).await,
+        Err(Error::Busy { .. })
     ));
+    l.release().await.unwrap();
+
+    // Without trusting the certificate, the handshake is refused.
+    let untrusted = LeaseClient::builder(&url)
+        .connect_timeout(ms(1_000))
+        .connect()
+        .await;
+    assert!(
+        matches!(
+            untrusted,
+            Err(Error::Redis {
+                phase: Phase::Connect,
+                ..
+            })
+        ),
+        "{untrusted:?}"
+    );
+    // Plain text to a TLS port does not get through either.
+    let plain = LeaseClient::builder(format!("redis://127.0.0.1:{}/", srv.port))
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
+        .connect()
+        .await;
+    assert!(
+        matches!(
+            plain,
+            Err(Error::Redis {
+                phase: Phase::Connect,
+                ..
+            })
+        ),
+        "{plain:?}"
+    );
+    // A root certificate for a non-TLS URL, or one that is not PEM, is a configuration error.
+    let misuse = LeaseClient::builder("redis://127.0.0.1:1/")
+        .tls_root_ca_pem(srv.cert.clone())
+        .connect()
+        .await;
+    assert!(
+        matches!(
+            misuse,
+            Err(Error::Invalid {
+                what: "tls root certificate",
+                ..
+            })
+        ),
+        "{misuse:?}"
+    );
+    let garbage = LeaseClient::builder(&url)
+        .tls_root_ca_pem(b"not a certificate".to_vec())
+        .connect()
+        .await;
+    assert!(
+        matches!(
+            garbage,
+            Err(Error::Invalid { .. })
+                | Err(Error::Redis {
+                    phase: Phase::Connect,
+                    ..
+                })
+        ),
+        "{garbage:?}"
+    );
 }

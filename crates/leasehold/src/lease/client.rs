@@ -74,6 +74,8 @@ pub struct LeaseClientBuilder {
     key_prefix: String,
     response_timeout: Duration,
     connect_timeout: Duration,
+    /// PEM root certificate(s) to trust for `rediss://` instead of the built-in web PKI roots.
+    tls_root_ca_pem: Option<Vec<u8>>,
 }
 
 /// What Redis says about one lease name (for `status` and `list`).
@@ -187,6 +189,13 @@ impl LeaseClientBuilder {
         self
     }
 
+    /// Trusts these PEM root certificate(s) for `rediss://` (a private CA or a self-signed server
+    /// certificate) instead of the built-in web PKI roots. Refused at connect for a non-TLS URL.
+    pub fn tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_ca_pem = Some(pem.into());
+        self
+    }
+
     /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
     /// A malformed URL is [`crate::Error::Invalid`]; an unreachable server is
     /// [`crate::Error::Redis`] with [`crate::Phase::Connect`].
@@ -216,6 +225,35 @@ impl LeaseClientBuilder {
                 ),
             )
         })?;
+        if self.url.starts_with("rediss://") {
+            // rustls needs one process-wide crypto provider; an application may have installed its
+            // own already, which is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match self.tls_root_ca_pem {
+            None => client,
+            Some(pem) => {
+                if !self.url.starts_with("rediss://") {
+                    return Err(Error::invalid(
+                        "tls root certificate",
+                        format!("it was given for `{redacted_url}`, which is not a TLS URL; use rediss://"),
+                    ));
+                }
+                redis::Client::build_with_tls(
+                    self.url.as_str(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+                .map_err(|e| {
+                    Error::invalid(
+                        "tls root certificate",
+                        format!("it was refused ({e}); give PEM-encoded certificate(s)"),
+                    )
+                })?
+            }
+        };
         let round_trips = Arc::new(AtomicU64::new(0));
 
         // Fail fast and clearly on an unreachable server or bad credentials; the connection then
@@ -304,6 +342,7 @@ impl LeaseClient {
             key_prefix: "leasehold".to_owned(),
             response_timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
+            tls_root_ca_pem: None,
         }
     }
 
@@ -380,7 +419,22 @@ impl LeaseClient {
 
     /// One acquire attempt: one round trip (the script, plus `WAIT` in the same pipeline when asked
     /// for replica acknowledgements).
+    ///
+    /// Runs in its own task so that it is cancel safe: if the caller stops waiting, the attempt still
+    /// completes, and a lease it took is dropped there, which hands its release to the watchdog.
     async fn attempt(&self, name: &str, keys: &LeaseKeys, opts: &LeaseOptions) -> Result<Attempt> {
+        let (this, name, keys, opts) = (self.clone(), name.to_owned(), keys.clone(), opts.clone());
+        tokio::spawn(async move { this.attempt_here(&name, &keys, &opts).await })
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+
+    async fn attempt_here(
+        &self,
+        name: &str,
+        keys: &LeaseKeys,
+        opts: &LeaseOptions,
+    ) -> Result<Attempt> {
         let token = new_token();
         let sent_at = Instant::now();
         let Some((numreplicas, wait_timeout, policy)) = opts.replicas else {
@@ -473,8 +527,8 @@ impl LeaseClient {
     }
 
     /// Tries once: the lease, or [`crate::Error::Busy`] with how long the holder's lease still runs.
-    /// One round trip. Cancel safety: if cancelled after the request was sent, the lease may be taken
-    /// and then expires after one TTL (it is never renewed).
+    /// One round trip. Cancel safe: if cancelled after the request was sent, the attempt completes in
+    /// the background and a lease it took is released at once (the lock is not left to its TTL).
     #[tracing::instrument(level = "debug", skip(self, opts), fields(lease = name))]
     pub async fn try_acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
         let keys = self.keys(name)?;
@@ -501,8 +555,10 @@ impl LeaseClient {
     /// for at most the holder's remaining TTL plus jitter.
     ///
     /// The bound is kept to within one request's response time (an acquire attempt already sent is
-    /// awaited, not abandoned). Cancel safety: cancelling while queued or blocked is clean; cancelling
-    /// during an attempt is as for [`try_acquire`](Self::try_acquire).
+    /// awaited, not abandoned). Cancel safe: cancelling while queued or blocked is clean; cancelling
+    /// during an attempt is as for [`try_acquire`](Self::try_acquire). One gap: a contender cancelled
+    /// right after it popped a wake-up consumes it, and other waiters then notice the free lock only
+    /// when their block times out (at most the previous holder's remaining TTL plus jitter).
     #[tracing::instrument(level = "debug", skip(self, opts), fields(lease = name, max_wait_ms = max_wait.as_millis() as u64))]
     pub async fn acquire(
         &self,

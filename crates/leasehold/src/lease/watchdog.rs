@@ -186,6 +186,30 @@ pub(crate) async fn run(
             }
             insert(&mut watched, &mut timers, w);
         }
+        if let Some(first) = due.first() {
+            // Coalesce: renewals due within a quarter period ride along in this batch (renewing a
+            // little early is harmless), so leases taken at slightly different times share round
+            // trips instead of each getting its own tick.
+            let window = first.opts.renew_every.unwrap_or_default() / 4;
+            let mut early = Vec::new();
+            for &(at, id) in timers.range(..=(now + window, u64::MAX)) {
+                let Some(w) = watched.get(&id) else { continue };
+                let own = w.state.opts.renew_every.unwrap_or_default() / 4;
+                if let (Some(r), false) = (w.next_renew, w.in_flight) {
+                    if r <= now + own && at > now {
+                        early.push((at, id));
+                    }
+                }
+            }
+            for (at, id) in early {
+                timers.remove(&(at, id));
+                if let Some(mut w) = watched.remove(&id) {
+                    w.in_flight = true;
+                    due.push(w.state.clone());
+                    insert(&mut watched, &mut timers, w);
+                }
+            }
+        }
         if !due.is_empty() {
             let mut con = con.clone();
             let tx = outcome_tx.clone();

@@ -140,9 +140,15 @@ async fn writers_of_one_resource_serialise_until_commit() {
         )
         .await;
         exec(&db, "INSERT INTO counter VALUES (1, 0)").await;
+        // Two independent pools, as two processes would have.
+        let other = t.another_pool().await;
         let mut tasks = Vec::new();
-        for _ in 0..40 {
-            let db = db.clone();
+        for i in 0..40 {
+            let db = if i % 2 == 0 {
+                db.clone()
+            } else {
+                other.clone()
+            };
             tasks.push(tokio::spawn(async move {
                 let mut tx = db.begin_fenced("counter:1", Fence::new(1)).await.unwrap();
                 let n = tx

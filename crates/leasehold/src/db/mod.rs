@@ -27,6 +27,7 @@
 //! # let _ = rows; Ok(()) }
 //! ```
 
+pub mod metrics;
 mod migrate;
 
 use std::borrow::Cow;
@@ -193,7 +194,17 @@ impl DatabaseBuilder {
             } else {
                 self.max_connections.unwrap_or(4)
             })
-            .acquire_timeout(self.acquire_timeout);
+            .acquire_timeout(self.acquire_timeout)
+            .after_release(|conn, _meta| {
+                Box::pin(async move {
+                    // A task cancelled while its `BEGIN` was in flight can leave the connection
+                    // inside a transaction nothing owns (sqlx-sqlite 0.8 hands the BEGIN's reply to
+                    // a receiver that may already be gone), holding the write lock. Let the worker
+                    // finish what is queued, then drop such a connection: closing rolls it back.
+                    sqlx::Connection::ping(&mut *conn).await?;
+                    Ok(!sqlx::Connection::is_in_transaction(&*conn))
+                })
+            });
         if in_memory {
             // The database lives only as long as its one connection.
             pool_options = pool_options
@@ -325,7 +336,9 @@ impl Database {
     }
 
     /// Wraps a SQLite pool you configured yourself. Set a busy timeout on it, or concurrent writers
-    /// fail with `SQLITE_BUSY` instead of waiting.
+    /// fail with `SQLITE_BUSY` instead of waiting; and an `after_release` hook that drops connections
+    /// still inside a transaction (see the source of [`DatabaseBuilder::connect`]), or a task
+    /// cancelled during `BEGIN` can leave one holding the write lock.
     pub fn from_sqlite(pool: SqlitePool) -> Self {
         Database {
             pool: Pool::Sqlite(pool),

@@ -103,6 +103,7 @@ where
         .invoke_async(conn)
         .await
         .map_err(Error::redis(Phase::FencedWrite))?;
+    crate::db::metrics::fence_check("redis", written == 1);
     if written == 1 {
         Ok(())
     } else {

@@ -55,6 +55,11 @@ pub async fn check(tx: &mut Tx, resource: &str, fence: Fence) -> Result<()> {
         }
     }
     .map_err(|e| missing_tables_hint(e.into()))?;
+    let backend = match tx.backend() {
+        crate::db::Backend::Postgres => "postgres",
+        crate::db::Backend::Sqlite => "sqlite",
+    };
+    crate::db::metrics::fence_check(backend, accepted.is_some());
     if accepted.is_some() {
         return Ok(());
     }
@@ -73,6 +78,7 @@ pub async fn check(tx: &mut Tx, resource: &str, fence: Fence) -> Result<()> {
                 .await?
         }
     };
+    tracing::debug!(resource, presented = %fence, current, "stale fence refused");
     Err(Error::StaleFence {
         resource: resource.to_owned(),
         presented: fence,

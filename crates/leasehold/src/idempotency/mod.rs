@@ -176,6 +176,7 @@ impl IdempotencyStore {
         let lock_ms = millis(self.lock_timeout);
         let retention_ms = millis(self.retention);
 
+        let mut claim = "fresh";
         let mut tx = self.db.begin().await?;
         let now = tx.now_ms().await?;
         let inserted = tx
@@ -243,13 +244,16 @@ impl IdempotencyStore {
                 .await?;
                 None
             } else if fingerprint != args.fingerprint {
+                crate::db::metrics::idempotency("reused");
                 return Err(Error::IdempotencyKeyReused {
                     key: args.key.to_owned(),
                 });
             } else if let Some(body) = response {
+                crate::db::metrics::idempotency("replayed");
                 tx.commit().await?;
                 return Ok(Begun::Replay(body));
             } else if locked_until.unwrap_or(0) > now {
+                crate::db::metrics::idempotency("in_progress");
                 return Err(Error::IdempotencyInProgress {
                     key: args.key.to_owned(),
                 });
@@ -267,10 +271,12 @@ impl IdempotencyStore {
                 )
                 .await?;
                 tracing::info!(scope, key, %recovery_point, "taking over an abandoned idempotency key");
+                claim = "taken_over";
                 (!recovery_point.is_empty()).then_some(recovery_point)
             }
         };
         tx.commit().await?;
+        crate::db::metrics::idempotency(claim);
         Ok(Begun::Run(Attempt {
             store: self.clone(),
             scope: args.scope.to_owned(),

@@ -74,6 +74,7 @@ impl Inbox {
             )
             .await
             .map_err(missing_tables_hint)?;
+        crate::db::metrics::inbox(inserted != 1);
         Ok(if inserted == 1 {
             Delivery::First
         } else {

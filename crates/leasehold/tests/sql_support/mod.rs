@@ -11,11 +11,22 @@ pub struct TestDb {
     schema: Option<String>,
     /// Keeps the SQLite file alive.
     _dir: Option<tempfile::TempDir>,
+    /// How to open a second, independent pool on the same database (as another process would).
+    url: String,
 }
 
 impl TestDb {
     pub fn backend(&self) -> Backend {
         self.db.backend()
+    }
+
+    /// A second pool on the same database, sharing nothing with the first but the data.
+    pub async fn another_pool(&self) -> Database {
+        let mut b = Database::builder(&self.url);
+        if let Some(schema) = &self.schema {
+            b = b.postgres_schema(schema);
+        }
+        b.connect().await.unwrap()
     }
 
     /// Drops the PostgreSQL schema (a failing test leaves it behind for inspection).
@@ -48,6 +59,7 @@ pub async fn postgres_with(max_connections: u32) -> TestDb {
         db,
         schema: Some(schema),
         _dir: None,
+        url: leasehold_testkit::postgres_url(),
     }
 }
 
@@ -64,6 +76,7 @@ pub async fn sqlite() -> TestDb {
         db,
         schema: None,
         _dir: Some(dir),
+        url,
     }
 }
 

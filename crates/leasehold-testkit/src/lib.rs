@@ -2,14 +2,17 @@
 //!
 //! * [`RedisServer`]: a private `redis-server` on a free loopback port that can be paused (SIGSTOP),
 //!   resumed, killed, restarted without persistence (it comes back empty), and paired as a replica.
+//! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
 //! * [`postgres_url`]: where tests find PostgreSQL.
 //!
 //! Nothing here mocks a server: every fault is done to a real process.
 #![forbid(unsafe_code)]
 
+mod proxy;
 mod redis_server;
 
+pub use proxy::Proxy;
 pub use redis_server::{redis_server_available, RedisServer, RedisServerBuilder};
 
 use std::net::TcpListener;

@@ -1,0 +1,208 @@
+//! End to end: `leasehold verify --quick` against private redis-server processes and a SQLite file,
+//! with real worker processes. Safe strategies must show 0 violations, the naive ones must show the
+//! bug under the pause fault, and the HTML report must render in a real browser.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn leasehold() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_leasehold"))
+}
+
+fn cells<'a>(
+    json: &'a [Value],
+    pred: impl Fn(&Value) -> bool + 'a,
+) -> impl Iterator<Item = &'a Value> + 'a {
+    json.iter().filter(move |c| pred(c))
+}
+
+#[test]
+fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
+    if !leasehold_testkit::redis_server_available() {
+        panic!("redis-server is required for this test (apt-get install -y redis-server)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("cells.json");
+    let report_dir = dir.path().join("report");
+    let started = std::time::Instant::now();
+    let out = leasehold()
+        .args(["verify", "--quick", "--json"])
+        .arg(&json_path)
+        .arg("--report")
+        .arg(&report_dir)
+        .output()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "verify --quick failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        elapsed.as_secs() < 180,
+        "--quick must finish under 3 minutes, took {elapsed:?}"
+    );
+    assert!(
+        stderr.contains("about"),
+        "the run must say up front how long it takes: {stderr}"
+    );
+    assert!(
+        stdout.contains("violations"),
+        "the table is printed: {stdout}"
+    );
+
+    let json: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    for field in [
+        "workload",
+        "fault",
+        "strategy",
+        "operations",
+        "faults_injected",
+        "violations",
+        "safe_by_design",
+    ] {
+        assert!(
+            json.iter().all(|c| c.get(field).is_some()),
+            "every cell has {field}"
+        );
+    }
+    let ran = |c: &Value| c["status"] == "ran";
+
+    // Safe by design: exactly the fenced lease and the database guards, all at 0.
+    for c in cells(&json, |c| c["safe_by_design"] == true) {
+        assert!(
+            c["strategy"] == "lease-fence" || c["strategy"] == "db-guards",
+            "{c}"
+        );
+        if ran(c) {
+            assert_eq!(c["violations"], 0, "a safe strategy showed violations: {c}");
+        }
+    }
+    // The harness can see the bug: every naive cell under the pause fault shows violations, with a
+    // fault really injected, and so does every other unsafe strategy on the counter.
+    let naive_pause: Vec<&Value> =
+        cells(&json, |c| c["strategy"] == "naive" && c["fault"] == "pause").collect();
+    assert_eq!(naive_pause.len(), 5, "one naive pause cell per workload");
+    for c in naive_pause {
+        assert!(c["faults_injected"].as_u64().unwrap() >= 1, "{c}");
+        assert!(
+            c["violations"].as_u64().unwrap() > 0,
+            "the naive lock must show the bug under a pause: {c}"
+        );
+    }
+    for s in ["ttl-del", "lease"] {
+        let c = cells(&json, |c| {
+            c["strategy"] == s && c["fault"] == "pause" && c["workload"] == "counter"
+        })
+        .next()
+        .unwrap();
+        assert!(
+            c["violations"].as_u64().unwrap() > 0,
+            "{s} must show lost updates under a pause: {c}"
+        );
+    }
+    // The fence did its job by refusing stale writes, not because nothing happened.
+    let fenced = cells(&json, |c| {
+        c["strategy"] == "lease-fence" && c["fault"] == "pause" && c["workload"] == "counter"
+    })
+    .next()
+    .unwrap();
+    assert!(fenced["refused_stale"].as_u64().unwrap() > 0, "{fenced}");
+    // The database guards held by refusing the paused worker's stale conditional write.
+    let guarded = cells(&json, |c| {
+        c["strategy"] == "db-guards" && c["fault"] == "pause" && c["workload"] == "counter"
+    })
+    .next()
+    .unwrap();
+    assert!(
+        guarded["refused_by_guard"].as_u64().unwrap() > 0,
+        "{guarded}"
+    );
+    // Faults that cannot apply are marked, not counted.
+    let na: Vec<&Value> = cells(&json, |c| {
+        c["strategy"] == "db-guards" && c["fault"] == "net-cut"
+    })
+    .collect();
+    assert!(!na.is_empty());
+    for c in na {
+        assert_eq!(c["status"], "not-applicable", "{c}");
+        assert!(c["violations"].is_null(), "{c}");
+    }
+
+    let page = std::fs::read_to_string(report_dir.join("index.html")).unwrap();
+    assert!(page.contains("<svg") && page.contains("two holders at once"));
+    screenshot(&report_dir.join("index.html"), dir.path());
+}
+
+fn screenshot(page: &Path, dir: &Path) {
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        })
+        .expect("Debian's chromium is required for the report test (apt-get install -y chromium)");
+    let png = dir.join("report.png");
+    let profile = dir.join("chromium-profile");
+    let status = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--window-size=1200,1600",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "no screenshot written ({size} bytes): {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let head = std::fs::read(&png).unwrap();
+    assert_eq!(&head[..8], b"\x89PNG\r\n\x1a\n", "the screenshot is a PNG");
+}
+
+#[test]
+fn garbage_input_is_refused_with_a_clear_error() {
+    let out = leasehold()
+        .args(["verify", "--database", "mysql://nope"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--database") && err.contains("postgres://"),
+        "{err}"
+    );
+
+    let out = leasehold()
+        .args(["verify", "--redis", "localhost:6379"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--redis"), "{err}");
+
+    let out = leasehold()
+        .args(["verify", "--fault", "meteor"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap rejects an unknown fault");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("meteor"));
+}

@@ -1,0 +1,265 @@
+//! A TCP proxy the test harness controls: it can delay traffic, cut every connection, refuse new ones,
+//! and switch to another upstream (a failover). It runs on the caller's Tokio runtime.
+//!
+//! Limit: a cut closes connections (the client sees a reset or EOF at once) rather than silently
+//! dropping packets; a client with no timeouts sees the same thing either way only after it writes.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// What every connection of the proxy consults: the upstream, the delay, and whether it is cut.
+#[derive(Debug)]
+struct Control {
+    /// Where new connections go (changed by [`Proxy::set_upstream`], e.g. after a failover).
+    upstream: Mutex<SocketAddr>,
+    /// One-way delay added to every chunk in both directions.
+    delay: Mutex<Duration>,
+    /// Bumped on every cut or reset: connections opened under an older epoch close themselves.
+    epoch: watch::Sender<u64>,
+    /// While true, new connections are accepted and closed at once.
+    refusing: Mutex<bool>,
+}
+
+/// A fault-injecting TCP proxy on a free 127.0.0.1 port, stopped on drop.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: SocketAddr,
+    control: Arc<Control>,
+    acceptor: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Starts a proxy in front of `upstream` (e.g. `127.0.0.1:6379`). Needs a Tokio runtime.
+    pub async fn start(upstream: SocketAddr) -> io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (epoch, _) = watch::channel(0u64);
+        let control = Arc::new(Control {
+            upstream: Mutex::new(upstream),
+            delay: Mutex::new(Duration::ZERO),
+            epoch,
+            refusing: Mutex::new(false),
+        });
+        let acceptor = tokio::spawn(accept_loop(listener, control.clone()));
+        Ok(Self {
+            addr,
+            control,
+            acceptor,
+        })
+    }
+
+    /// The address clients should connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The port clients should connect to.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Adds `delay` to every chunk forwarded in either direction, on open and new connections
+    /// (`Duration::ZERO` removes it). Order within a connection is kept.
+    pub fn set_delay(&self, delay: Duration) {
+        *lock(&self.control.delay) = delay;
+    }
+
+    /// The delay now in force.
+    pub fn delay(&self) -> Duration {
+        *lock(&self.control.delay)
+    }
+
+    /// Closes every open connection and refuses new ones until [`restore`](Self::restore).
+    pub fn cut(&self) {
+        *lock(&self.control.refusing) = true;
+        self.control.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Accepts connections again after [`cut`](Self::cut).
+    pub fn restore(&self) {
+        *lock(&self.control.refusing) = false;
+    }
+
+    /// Whether the proxy is cut.
+    pub fn is_cut(&self) -> bool {
+        *lock(&self.control.refusing)
+    }
+
+    /// Closes every open connection but keeps accepting new ones (clients reconnect).
+    pub fn reset_connections(&self) {
+        self.control.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Sends new connections to `upstream` from now on (open ones keep their old upstream until reset).
+    pub fn set_upstream(&self, upstream: SocketAddr) {
+        *lock(&self.control.upstream) = upstream;
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+        self.control.epoch.send_modify(|e| *e += 1);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these plain-value locks cannot leave a torn value.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn accept_loop(listener: TcpListener, control: Arc<Control>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        if *lock(&control.refusing) {
+            drop(client);
+            continue;
+        }
+        let control = control.clone();
+        tokio::spawn(async move {
+            let upstream_addr = *lock(&control.upstream);
+            let Ok(upstream) = TcpStream::connect(upstream_addr).await else {
+                return;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = upstream.set_nodelay(true);
+            let mut epoch = control.epoch.subscribe();
+            epoch.borrow_and_update();
+            let (cr, cw) = client.into_split();
+            let (ur, uw) = upstream.into_split();
+            let up = pump(cr, uw, control.clone());
+            let down = pump(ur, cw, control.clone());
+            tokio::select! {
+                _ = up => {}
+                _ = down => {}
+                _ = epoch.changed() => {}
+            }
+        });
+    }
+}
+
+/// Copies `from` to `to`, holding each chunk for the delay in force when it was read.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    control: Arc<Control>,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let writer = async move {
+        while let Some((due, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    let reader = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let due = Instant::now() + *lock(&control.delay);
+                    if tx.send((due, buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    // The writer ends after the reader dropped the sender and the queue drained.
+    tokio::join!(reader, writer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn echo_server() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => {
+                                if s.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(addr: SocketAddr) -> io::Result<Duration> {
+        let mut s = TcpStream::connect(addr).await?;
+        let start = std::time::Instant::now();
+        s.write_all(b"ping").await?;
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf).await?;
+        assert_eq!(&buf, b"ping");
+        Ok(start.elapsed())
+    }
+
+    #[tokio::test]
+    async fn forwards_delays_cuts_and_restores() {
+        let upstream = echo_server().await;
+        let proxy = Proxy::start(upstream).await.unwrap();
+        round_trip(proxy.addr()).await.unwrap();
+
+        proxy.set_delay(Duration::from_millis(150));
+        let rtt = round_trip(proxy.addr()).await.unwrap();
+        assert!(
+            rtt >= Duration::from_millis(290),
+            "delay not applied: {rtt:?}"
+        );
+        proxy.set_delay(Duration::ZERO);
+
+        let mut open = TcpStream::connect(proxy.addr()).await.unwrap();
+        open.write_all(b"x").await.unwrap();
+        let mut one = [0u8; 1];
+        open.read_exact(&mut one).await.unwrap();
+        proxy.cut();
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), open.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "an open connection must be closed by a cut");
+        assert!(
+            round_trip(proxy.addr()).await.is_err(),
+            "a cut proxy must refuse"
+        );
+
+        proxy.restore();
+        round_trip(proxy.addr()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn switches_upstream() {
+        let a = echo_server().await;
+        let b = echo_server().await;
+        let proxy = Proxy::start(a).await.unwrap();
+        proxy.set_upstream(b);
+        proxy.reset_connections();
+        round_trip(proxy.addr()).await.unwrap();
+    }
+}

@@ -1,0 +1,111 @@
+//! S1, uncontended: one client takes and releases one name over and over; leasehold against the
+//! baseline lock, in alternating slices of the same run so that both see the same machine noise.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use super::baseline::BaselineLock;
+use super::measure::{round3, Latencies};
+
+/// The figures of S1.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct S1Report {
+    pub(crate) seconds_each: f64,
+    pub(crate) leasehold_cycles: u64,
+    pub(crate) leasehold_cycles_per_s: f64,
+    pub(crate) leasehold_p50_us: f64,
+    pub(crate) leasehold_p99_us: f64,
+    /// Round trips per cycle counted by `LeaseClient::round_trips`.
+    pub(crate) leasehold_round_trips_per_cycle: f64,
+    pub(crate) baseline_cycles: u64,
+    pub(crate) baseline_cycles_per_s: f64,
+    pub(crate) baseline_p50_us: f64,
+    pub(crate) baseline_p99_us: f64,
+    /// leasehold cycles/s ÷ baseline cycles/s (target ≥ 0.9).
+    pub(crate) ratio: f64,
+    pub(crate) target_met: bool,
+}
+
+/// Runs `slices` alternating slices of each lock, `total_each` in all for each.
+pub(crate) async fn run(
+    url: &str,
+    total_each: Duration,
+    slices: u32,
+    lease_opts: &leasehold::LeaseOptions,
+) -> anyhow::Result<S1Report> {
+    let client = leasehold::LeaseClient::connect(url)
+        .await
+        .context("connecting leasehold for S1")?;
+    let baseline = BaselineLock::connect(url, lease_opts.ttl()).await?;
+    let name = "s1-uncontended";
+    let key = "bench-baseline:s1-uncontended";
+    // Warm both up (script loading, connection buffers, allocator) outside the measurement.
+    for _ in 0..200 {
+        client
+            .try_acquire(name, lease_opts)
+            .await?
+            .release()
+            .await?;
+        let held = baseline
+            .try_acquire(key)
+            .await?
+            .context("baseline warm-up")?;
+        baseline.release(held).await?;
+    }
+    let slice = total_each / slices.max(1);
+    let (mut lh, mut base) = (Latencies::default(), Latencies::default());
+    let (mut lh_time, mut base_time) = (Duration::ZERO, Duration::ZERO);
+    let rt0 = client.round_trips();
+    for i in 0..slices.max(1) {
+        // Alternate which goes first, so neither always runs right after the other's garbage.
+        for which in [i % 2, (i + 1) % 2] {
+            let start = Instant::now();
+            if which == 0 {
+                while start.elapsed() < slice {
+                    let t = Instant::now();
+                    let lease = client
+                        .try_acquire(name, lease_opts)
+                        .await
+                        .context("S1: leasehold acquire of a free name")?;
+                    lease.release().await.context("S1: leasehold release")?;
+                    lh.record(t.elapsed());
+                }
+                lh_time += start.elapsed();
+            } else {
+                while start.elapsed() < slice {
+                    let t = Instant::now();
+                    let held = baseline
+                        .try_acquire(key)
+                        .await?
+                        .context("S1: the baseline lock was busy on a name nobody else uses")?;
+                    anyhow::ensure!(
+                        baseline.release(held).await?,
+                        "S1: the baseline lock was lost"
+                    );
+                    base.record(t.elapsed());
+                }
+                base_time += start.elapsed();
+            }
+        }
+    }
+    let lh_rate = lh.len() as f64 / lh_time.as_secs_f64();
+    let base_rate = base.len() as f64 / base_time.as_secs_f64();
+    let ratio = lh_rate / base_rate;
+    Ok(S1Report {
+        seconds_each: round3(lh_time.as_secs_f64()),
+        leasehold_cycles: lh.len(),
+        leasehold_cycles_per_s: round3(lh_rate),
+        leasehold_p50_us: round3(lh.quantile_us(0.5)),
+        leasehold_p99_us: round3(lh.quantile_us(0.99)),
+        leasehold_round_trips_per_cycle: round3(
+            (client.round_trips() - rt0) as f64 / lh.len().max(1) as f64,
+        ),
+        baseline_cycles: base.len(),
+        baseline_cycles_per_s: round3(base_rate),
+        baseline_p50_us: round3(base.quantile_us(0.5)),
+        baseline_p99_us: round3(base.quantile_us(0.99)),
+        ratio: round3(ratio),
+        target_met: ratio >= 0.9,
+    })
+}

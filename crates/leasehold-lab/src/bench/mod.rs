@@ -72,7 +72,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_delimiter = ',', value_name = "S1,S2,S3,S4")]
     pub only: Vec<Scenario>,
     /// Seconds each measurement runs (default 5, or 1.5 with --quick).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub seconds: Option<f64>,
     /// Leases held in S3.
     #[arg(long, default_value_t = 10_000, value_name = "N")]

@@ -1,2 +1,661 @@
 //! The database handle shared by the SQL guards ([`crate::fence`], [`crate::idempotency`],
 //! [`crate::inbox`], [`crate::state`]) and the migrations leasehold ships.
+//!
+//! Promise: one [`Database`] type over PostgreSQL or SQLite (chosen from the URL), one transaction type
+//! [`Tx`] in which leasehold's guards and your own business writes commit or roll back together, and
+//! writers that *wait* for each other rather than fail (row locks on PostgreSQL; `BEGIN IMMEDIATE`, WAL
+//! and a busy timeout on SQLite). Limit: it does not translate SQL dialects; write portable SQL (use
+//! `$1, $2, ...` placeholders, which both backends accept) or match on [`Conn`].
+//!
+//! ```no_run
+//! # async fn demo() -> leasehold::Result<()> {
+//! use leasehold::db::Database;
+//!
+//! let db = Database::connect("sqlite:/tmp/app.db").await?; // or postgres://user@host/db
+//! db.migrate().await?; // creates the leasehold_* tables (idempotent, safe to run concurrently)
+//!
+//! let mut tx = db.begin().await?;
+//! let rows = leasehold::with_conn!(tx, |conn| {
+//!     sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = $2")
+//!         .bind(10_i64)
+//!         .bind("acct-1")
+//!         .execute(conn)
+//!         .await
+//!         .map(|r| r.rows_affected())
+//! })?;
+//! tx.commit().await?;
+//! # let _ = rows; Ok(()) }
+//! ```
+
+mod migrate;
+
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Executor, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool};
+
+use crate::{Error, Result};
+
+/// Which database a [`Database`] or [`Tx`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// PostgreSQL (`postgres://` or `postgresql://` URLs).
+    Postgres,
+    /// SQLite (`sqlite:path`, `sqlite://path`, `sqlite::memory:`).
+    Sqlite,
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Postgres => "postgres",
+            Backend::Sqlite => "sqlite",
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Pool {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// A pool of connections to PostgreSQL or SQLite, chosen from the URL. Cheap to clone (the pool is
+/// shared).
+#[derive(Debug, Clone)]
+pub struct Database {
+    /// The sqlx pool; an enum so that callers write one code path for both backends.
+    pool: Pool,
+}
+
+/// Builder for [`Database`]: pool size, an isolated PostgreSQL schema, SQLite's busy timeout.
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until .connect() is awaited"]
+pub struct DatabaseBuilder {
+    /// Where to connect; the scheme picks the backend.
+    url: String,
+    /// Pool size; `None` = 10 for PostgreSQL, 4 for a SQLite file, 1 for SQLite in memory (each
+    /// in-memory connection would otherwise see its own empty database).
+    max_connections: Option<u32>,
+    /// PostgreSQL only: a schema created if missing and put alone on every connection's
+    /// `search_path`, so leasehold's tables (and the caller's) live there. Isolates tests and tenants.
+    postgres_schema: Option<String>,
+    /// SQLite only: how long a writer waits for another writer's transaction before failing with
+    /// `SQLITE_BUSY`. Long by default: writers are meant to queue, not fail.
+    busy_timeout: Duration,
+    /// How long to wait for a free pooled connection.
+    acquire_timeout: Duration,
+}
+
+impl DatabaseBuilder {
+    /// Maximum connections in the pool (at least 1).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = Some(n);
+        self
+    }
+
+    /// PostgreSQL only: use (and create if missing) this schema for every connection. The name must
+    /// be a plain identifier (`[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes).
+    pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
+        self.postgres_schema = Some(schema.into());
+        self
+    }
+
+    /// SQLite only: how long a writer waits for the write lock (default 30 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for a pooled connection (default 30 s).
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Validates the settings and opens the pool (one connection is opened at once, so a wrong URL
+    /// fails here rather than at the first query).
+    pub async fn connect(self) -> Result<Database> {
+        if self.max_connections == Some(0) {
+            return Err(Error::invalid("max connections", "must be at least 1"));
+        }
+        match backend_of_url(&self.url)? {
+            Backend::Postgres => self.connect_postgres().await,
+            Backend::Sqlite => self.connect_sqlite().await,
+        }
+    }
+
+    async fn connect_postgres(self) -> Result<Database> {
+        let options = PgConnectOptions::from_str(&self.url).map_err(|e| {
+            Error::invalid("database url", format!("cannot parse PostgreSQL url: {e}"))
+        })?;
+        let mut pool_options = PgPoolOptions::new()
+            .max_connections(self.max_connections.unwrap_or(10))
+            .acquire_timeout(self.acquire_timeout);
+        if let Some(schema) = self.postgres_schema {
+            check_identifier("postgres schema", &schema)?;
+            // Create it once up front; per-connection work is then only the SET.
+            let mut conn: PgConnection = sqlx::Connection::connect_with(&options).await?;
+            let create = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
+            if let Err(e) = (&mut conn).execute(create.as_str()).await {
+                // Two processes creating the same schema at once may race on the catalog's unique
+                // index; the schema exists either way.
+                if !is_unique_violation(&e) {
+                    return Err(e.into());
+                }
+            }
+            sqlx::Connection::close(conn).await?;
+            let set = format!("SET search_path TO \"{schema}\"");
+            pool_options = pool_options.after_connect(move |conn, _meta| {
+                let set = set.clone();
+                Box::pin(async move {
+                    conn.execute(set.as_str()).await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = pool_options.connect_with(options).await?;
+        Ok(Database {
+            pool: Pool::Postgres(pool),
+        })
+    }
+
+    async fn connect_sqlite(self) -> Result<Database> {
+        if self.postgres_schema.is_some() {
+            return Err(Error::invalid(
+                "postgres schema",
+                "a schema applies only to PostgreSQL; use a separate SQLite file instead",
+            ));
+        }
+        let options = SqliteConnectOptions::from_str(&self.url)
+            .map_err(|e| Error::invalid("database url", format!("cannot parse SQLite url: {e}")))?;
+        let in_memory = is_sqlite_memory(&self.url);
+        let options = options
+            .create_if_missing(true)
+            .busy_timeout(self.busy_timeout)
+            .foreign_keys(true);
+        let options = if in_memory {
+            options
+        } else {
+            // WAL: readers do not block the writer; NORMAL sync is durable at checkpoints and safe
+            // against application crashes, the usual pairing with WAL.
+            options
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+        };
+        let mut pool_options = SqlitePoolOptions::new()
+            .max_connections(if in_memory {
+                1
+            } else {
+                self.max_connections.unwrap_or(4)
+            })
+            .acquire_timeout(self.acquire_timeout);
+        if in_memory {
+            // The database lives only as long as its one connection.
+            pool_options = pool_options
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        }
+        let pool = pool_options.connect_with(options).await?;
+        Ok(Database {
+            pool: Pool::Sqlite(pool),
+        })
+    }
+}
+
+fn backend_of_url(url: &str) -> Result<Backend> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Backend::Postgres)
+    } else if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
+    } else {
+        Err(Error::invalid(
+            "database url",
+            format!(
+                "`{}` has no supported scheme; use postgres://user@host/db, sqlite:path/to/file.db \
+                 or sqlite::memory:",
+                redact(url)
+            ),
+        ))
+    }
+}
+
+/// Drops anything that may be a password from a URL before it goes into an error message.
+fn redact(url: &str) -> Cow<'_, str> {
+    match (url.find("://"), url.find('@')) {
+        (Some(s), Some(at)) if at > s => Cow::Owned(format!("{}://***{}", &url[..s], &url[at..])),
+        _ => Cow::Borrowed(url),
+    }
+}
+
+fn is_sqlite_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") || db.code().as_deref() == Some("42P06"))
+}
+
+/// Refuses anything but a plain SQL identifier (`[A-Za-z_][A-Za-z0-9_]*`, 1..=63 bytes), so that a
+/// table, column or schema name can be put into SQL text without any chance of injection.
+pub(crate) fn check_identifier(what: &'static str, name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let ok_first = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let ok_rest = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok_first && ok_rest && name.len() <= 63 {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            what,
+            format!(
+                "{name:?} is not a plain identifier; use 1 to 63 characters from [A-Za-z0-9_], \
+                 not starting with a digit"
+            ),
+        ))
+    }
+}
+
+/// Refuses an empty key or one longer than 255 bytes (keys, resource names, message ids, item ids).
+pub(crate) fn check_key(what: &'static str, key: &str) -> Result<()> {
+    if key.is_empty() {
+        Err(Error::invalid(what, "must not be empty"))
+    } else if key.len() > 255 {
+        Err(Error::invalid(
+            what,
+            format!(
+                "is {} bytes; at most 255 are allowed (hash a longer key first)",
+                key.len()
+            ),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+impl Database {
+    /// Connects with default settings: `postgres://...`, `postgresql://...`, `sqlite:path` or
+    /// `sqlite::memory:`. A SQLite file is created if missing and put in WAL mode.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder(url).connect().await
+    }
+
+    /// A builder for pool size, an isolated PostgreSQL schema, or SQLite's busy timeout.
+    pub fn builder(url: impl Into<String>) -> DatabaseBuilder {
+        DatabaseBuilder {
+            url: url.into(),
+            max_connections: None,
+            postgres_schema: None,
+            busy_timeout: Duration::from_secs(30),
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Wraps a PostgreSQL pool you configured yourself.
+    pub fn from_postgres(pool: PgPool) -> Self {
+        Database {
+            pool: Pool::Postgres(pool),
+        }
+    }
+
+    /// Wraps a SQLite pool you configured yourself. Set a busy timeout on it, or concurrent writers
+    /// fail with `SQLITE_BUSY` instead of waiting.
+    pub fn from_sqlite(pool: SqlitePool) -> Self {
+        Database {
+            pool: Pool::Sqlite(pool),
+        }
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Postgres(_) => Backend::Postgres,
+            Pool::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// The PostgreSQL pool, if this is PostgreSQL.
+    pub fn postgres(&self) -> Option<&PgPool> {
+        match &self.pool {
+            Pool::Postgres(p) => Some(p),
+            Pool::Sqlite(_) => None,
+        }
+    }
+
+    /// The SQLite pool, if this is SQLite.
+    pub fn sqlite(&self) -> Option<&SqlitePool> {
+        match &self.pool {
+            Pool::Sqlite(p) => Some(p),
+            Pool::Postgres(_) => None,
+        }
+    }
+
+    /// Creates or upgrades leasehold's tables (all prefixed `leasehold_`). Idempotent and safe to run
+    /// from many processes at once (an advisory lock on PostgreSQL, `BEGIN IMMEDIATE` on SQLite).
+    ///
+    /// leasehold records its own migrations in `leasehold_schema_migrations`, not in sqlx's
+    /// `_sqlx_migrations`, so it never clashes with an application's own `sqlx::migrate!`.
+    pub async fn migrate(&self) -> Result<()> {
+        migrate::run(self).await
+    }
+
+    /// Begins a transaction. On SQLite it is `BEGIN IMMEDIATE`: it takes the write lock at once (waiting
+    /// up to the busy timeout), so two read-then-write transactions never deadlock-upgrade.
+    ///
+    /// Dropping the [`Tx`] without [`Tx::commit`] rolls it back.
+    pub async fn begin(&self) -> Result<Tx> {
+        let inner = match &self.pool {
+            Pool::Postgres(p) => TxInner::Postgres(p.begin().await?),
+            Pool::Sqlite(p) => TxInner::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
+        };
+        Ok(Tx { inner })
+    }
+
+    /// Begins a transaction fenced for `resource`: see [`crate::fence`]. Shorthand for
+    /// [`Database::begin`] followed by [`crate::fence::check`]; on a stale fence the transaction is
+    /// rolled back and [`Error::StaleFence`] returned.
+    ///
+    /// ```no_run
+    /// # async fn demo(db: leasehold::db::Database, fence: leasehold::Fence) -> leasehold::Result<()> {
+    /// let mut tx = db.begin_fenced("ledger:acct-1", fence).await?; // Err(StaleFence) if superseded
+    /// leasehold::with_conn!(tx, |conn| {
+    ///     sqlx::query("UPDATE ledger SET balance = balance + $1 WHERE account = $2")
+    ///         .bind(5_i64)
+    ///         .bind("acct-1")
+    ///         .execute(conn)
+    ///         .await
+    ///         .map(|_| ())
+    /// })?;
+    /// tx.commit().await?; // the fence and the business write commit together
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin_fenced(&self, resource: &str, fence: crate::Fence) -> Result<Tx> {
+        crate::fence::check_args(resource, fence)?;
+        let mut tx = self.begin().await?;
+        match crate::fence::check(&mut tx, resource, fence).await {
+            Ok(()) => Ok(tx),
+            Err(e) => {
+                // Release the lock now rather than when the pool gets the connection back.
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes the pool, waiting for connections in use to come back.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Postgres(p) => p.close().await,
+            Pool::Sqlite(p) => p.close().await,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum TxInner {
+    Postgres(sqlx::Transaction<'static, Postgres>),
+    Sqlite(sqlx::Transaction<'static, Sqlite>),
+}
+
+/// An open transaction on either backend. leasehold's guards (fence, idempotency, inbox, state) write
+/// into it; your own queries run on [`Tx::conn`] (or the [`with_conn!`](crate::with_conn) macro) and
+/// commit or roll back together with them.
+///
+/// Dropping a `Tx` without [`Tx::commit`] rolls it back: nothing of it is ever committed.
+#[derive(Debug)]
+#[must_use = "a transaction rolls back unless .commit() is awaited"]
+pub struct Tx {
+    /// The sqlx transaction; an enum because sqlx types transactions by backend.
+    inner: TxInner,
+}
+
+/// The connection of a [`Tx`], typed by backend, for your own sqlx queries. Both arms deref from the
+/// sqlx transaction, so `sqlx::query(...).execute(conn)` works in each.
+#[derive(Debug)]
+pub enum Conn<'a> {
+    /// PostgreSQL.
+    Postgres(&'a mut PgConnection),
+    /// SQLite.
+    Sqlite(&'a mut SqliteConnection),
+}
+
+impl Tx {
+    /// Which backend this transaction runs on.
+    pub fn backend(&self) -> Backend {
+        match self.inner {
+            TxInner::Postgres(_) => Backend::Postgres,
+            TxInner::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// The connection, for your own queries in this transaction.
+    pub fn conn(&mut self) -> Conn<'_> {
+        match &mut self.inner {
+            TxInner::Postgres(t) => Conn::Postgres(t),
+            TxInner::Sqlite(t) => Conn::Sqlite(t),
+        }
+    }
+
+    /// The PostgreSQL connection, if this is PostgreSQL.
+    pub fn postgres(&mut self) -> Option<&mut PgConnection> {
+        match &mut self.inner {
+            TxInner::Postgres(t) => Some(&mut **t),
+            TxInner::Sqlite(_) => None,
+        }
+    }
+
+    /// The SQLite connection, if this is SQLite.
+    pub fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
+        match &mut self.inner {
+            TxInner::Sqlite(t) => Some(&mut **t),
+            TxInner::Postgres(_) => None,
+        }
+    }
+
+    /// Runs one statement of portable SQL (`$1, $2, ...` placeholders) with the given parameters and
+    /// returns the number of rows it affected.
+    ///
+    /// Cancel safety: dropping the future leaves the transaction in an unknown state; drop the `Tx`
+    /// too (it then rolls back).
+    pub async fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
+        Ok(match self.conn() {
+            Conn::Postgres(c) => {
+                let mut q = sqlx::query(sql);
+                for p in params {
+                    q = p.bind_pg(q);
+                }
+                q.execute(c).await?.rows_affected()
+            }
+            Conn::Sqlite(c) => {
+                let mut q = sqlx::query(sql);
+                for p in params {
+                    q = p.bind_sqlite(q);
+                }
+                q.execute(c).await?.rows_affected()
+            }
+        })
+    }
+
+    /// Runs a portable query returning at most one row with one `BIGINT` column (`None` when no row,
+    /// or the value is NULL).
+    pub async fn fetch_i64(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Option<i64>> {
+        Ok(match self.conn() {
+            Conn::Postgres(c) => {
+                let mut q = sqlx::query_scalar::<_, Option<i64>>(sql);
+                for p in params {
+                    q = p.bind_pg_scalar(q);
+                }
+                q.fetch_optional(c).await?.flatten()
+            }
+            Conn::Sqlite(c) => {
+                let mut q = sqlx::query_scalar::<_, Option<i64>>(sql);
+                for p in params {
+                    q = p.bind_sqlite_scalar(q);
+                }
+                q.fetch_optional(c).await?.flatten()
+            }
+        })
+    }
+
+    /// Commits. Until this returns `Ok`, nothing of the transaction is visible to others.
+    pub async fn commit(self) -> Result<()> {
+        match self.inner {
+            TxInner::Postgres(t) => t.commit().await?,
+            TxInner::Sqlite(t) => t.commit().await?,
+        }
+        Ok(())
+    }
+
+    /// Rolls back explicitly (dropping the `Tx` does the same, a moment later).
+    pub async fn rollback(self) -> Result<()> {
+        match self.inner {
+            TxInner::Postgres(t) => t.rollback().await?,
+            TxInner::Sqlite(t) => t.rollback().await?,
+        }
+        Ok(())
+    }
+}
+
+/// A parameter for [`Tx::execute`] and [`Tx::fetch_i64`], the types both backends share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Param<'a> {
+    /// `BIGINT` / `INTEGER`.
+    I64(i64),
+    /// `DOUBLE PRECISION` / `REAL`.
+    F64(f64),
+    /// `TEXT`.
+    Text(&'a str),
+    /// `BYTEA` / `BLOB`.
+    Bytes(&'a [u8]),
+    /// `BOOLEAN`.
+    Bool(bool),
+    /// SQL NULL (typed as text).
+    Null,
+}
+
+macro_rules! bind_param {
+    ($name:ident, $q:ty) => {
+        fn $name<'q>(self, q: $q) -> $q
+        where
+            'a: 'q,
+        {
+            match self {
+                Param::I64(v) => q.bind(v),
+                Param::F64(v) => q.bind(v),
+                Param::Text(v) => q.bind(v),
+                Param::Bytes(v) => q.bind(v),
+                Param::Bool(v) => q.bind(v),
+                Param::Null => q.bind(None::<&str>),
+            }
+        }
+    };
+}
+
+impl<'a> Param<'a> {
+    bind_param!(
+        bind_pg,
+        sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>
+    );
+    bind_param!(
+        bind_sqlite,
+        sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>
+    );
+    bind_param!(
+        bind_pg_scalar,
+        sqlx::query::QueryScalar<'q, Postgres, Option<i64>, sqlx::postgres::PgArguments>
+    );
+    bind_param!(
+        bind_sqlite_scalar,
+        sqlx::query::QueryScalar<'q, Sqlite, Option<i64>, sqlx::sqlite::SqliteArguments<'q>>
+    );
+}
+
+impl From<i64> for Param<'_> {
+    fn from(v: i64) -> Self {
+        Param::I64(v)
+    }
+}
+
+impl<'a> From<&'a str> for Param<'a> {
+    fn from(v: &'a str) -> Self {
+        Param::Text(v)
+    }
+}
+
+/// Runs the same sqlx code on whichever backend a [`Tx`](crate::db::Tx) uses: the body is compiled
+/// once per backend with `conn` bound to `&mut PgConnection` or `&mut SqliteConnection`. Both arms
+/// must produce the same type (so map sqlx's per-backend results, e.g. `.map(|r| r.rows_affected())`).
+///
+/// ```no_run
+/// # async fn demo(db: leasehold::db::Database) -> leasehold::Result<()> {
+/// let mut tx = db.begin().await?;
+/// let balance: Option<i64> = leasehold::with_conn!(tx, |conn| {
+///     sqlx::query_scalar("SELECT balance FROM accounts WHERE id = $1")
+///         .bind("acct-1")
+///         .fetch_optional(conn)
+///         .await
+/// })?;
+/// # let _ = balance; tx.commit().await }
+/// ```
+#[macro_export]
+macro_rules! with_conn {
+    ($tx:expr, |$conn:ident| $body:expr) => {
+        match $tx.conn() {
+            $crate::db::Conn::Postgres($conn) => $body,
+            $crate::db::Conn::Sqlite($conn) => $body,
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_strict() {
+        for ok in ["orders", "_x", "Order_2", "a"] {
+            assert!(check_identifier("table", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "1abc",
+            "orders;drop table x",
+            "a b",
+            "a\"b",
+            "naïve",
+            "x-y",
+            &"a".repeat(64),
+        ] {
+            let err = check_identifier("table", bad).unwrap_err().to_string();
+            assert!(err.contains("invalid table"), "{err}");
+        }
+    }
+
+    #[test]
+    fn urls_pick_the_backend_and_hide_passwords() {
+        assert_eq!(
+            backend_of_url("postgres://u@h/db").unwrap(),
+            Backend::Postgres
+        );
+        assert_eq!(backend_of_url("sqlite::memory:").unwrap(), Backend::Sqlite);
+        let err = backend_of_url("mysql://u:secret@h/db")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("secret"), "{err}");
+        assert!(err.contains("sqlite:"), "{err}");
+    }
+
+    #[test]
+    fn keys_are_bounded() {
+        assert!(check_key("key", "").is_err());
+        assert!(check_key("key", &"k".repeat(256)).is_err());
+        assert!(check_key("key", &"k".repeat(255)).is_ok());
+    }
+}

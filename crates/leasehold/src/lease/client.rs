@@ -1,17 +1,69 @@
 //! The connection to Redis and the operations that are not tied to one held lease: acquire, inspect,
 //! list, force-release.
+//!
+//! Promise: every call is bounded in time (response and connect timeouts), so a stopped or
+//! unreachable Redis yields [`crate::Error::Redis`] rather than a hang. Limit: a call that timed out
+//! may still have been executed by Redis.
 
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Result;
+use redis::aio::ConnectionManagerConfig;
+use redis::AsyncConnectionConfig;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
-use crate::lease::{Lease, LeaseKeys, LeaseOptions};
+use crate::lease::conn::{BlockingPool, Counted, Shared};
+use crate::lease::guard::LeaseState;
+use crate::lease::scripts::{self, AcquireReply};
+use crate::lease::waiters::{self, Contenders};
+use crate::lease::watchdog::{self, Command};
+use crate::lease::{metrics, Lease, LeaseKeys, LeaseOptions, ReplicaPolicy};
 
 /// A handle to one Redis deployment for leases. Cheap to clone; clones share one multiplexed connection,
 /// one watchdog, and one contender per lease name for all waiting tasks.
 #[derive(Debug, Clone)]
 pub struct LeaseClient {
-    // Filled in by the lease implementation.
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The multiplexed, reconnecting connection every non-blocking request goes through.
+    shared: Shared,
+    /// Dedicated connections for `BLPOP` (waiting) and `WAIT` (replica acknowledgements).
+    blocking: BlockingPool,
+    /// Key prefix: keys are `{<prefix>:<name>}:lock` etc.
+    prefix: String,
+    /// Requests sent by this client and its clones (shared with `shared`, `blocking`, the watchdog).
+    round_trips: Arc<AtomicU64>,
+    /// Bound on one request's reply; also the base of every call's overall bound.
+    response_timeout: Duration,
+    /// Bound on opening a connection.
+    connect_timeout: Duration,
+    /// To the watchdog (one task per client).
+    watchdog: mpsc::UnboundedSender<Command>,
+    /// Watchdog registry ids.
+    next_id: AtomicU64,
+    /// One FIFO queue per name for tasks waiting in [`LeaseClient::acquire`].
+    contenders: Contenders,
+    /// The URL with any password replaced, for logs.
+    redacted_url: String,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseClient")
+            .field("url", &self.redacted_url)
+            .field("prefix", &self.prefix)
+            .field("round_trips", &self.round_trips.load(Ordering::Relaxed))
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Builder for [`LeaseClient`].
@@ -20,6 +72,10 @@ pub struct LeaseClient {
 pub struct LeaseClientBuilder {
     url: String,
     key_prefix: String,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    /// PEM root certificate(s) to trust for `rediss://` instead of the built-in web PKI roots.
+    tls_root_ca_pem: Option<Vec<u8>>,
 }
 
 /// What Redis says about one lease name (for `status` and `list`).
@@ -47,6 +103,71 @@ pub struct ForcedRelease {
     pub fence: Fence,
 }
 
+/// Replaces the password in a redis URL by `***`.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{}{masked}{}", &url[..scheme_end + 3], &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(Error::invalid(
+            "key prefix",
+            "it is empty; use a short word such as `leasehold` or your service name",
+        ));
+    }
+    if let Some(c) = prefix
+        .chars()
+        .find(|c| *c == '{' || *c == '}' || c.is_control())
+    {
+        return Err(Error::invalid(
+            "key prefix",
+            format!("it contains {c:?}; braces and control characters are not allowed (braces would break the Redis Cluster hash tag)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Escapes Redis glob metacharacters.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn timeout_error(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer from redis within the time limit ({what})"),
+    ))
+}
+
+/// 128 random bits from the thread's CSPRNG, as 32 hex digits.
+fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 impl LeaseClientBuilder {
     /// Key prefix (default `leasehold`): keys are `{<prefix>:<name>}:lock` and so on.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -54,13 +175,163 @@ impl LeaseClientBuilder {
         self
     }
 
+    /// Longest wait for one reply from Redis (default 2 s). A stopped server turns into an error
+    /// after this, never a hang. Held leases do not depend on it: their lost signal fires at their
+    /// own deadline.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Longest wait for a new connection, including AUTH and TLS (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Trusts these PEM root certificate(s) for `rediss://` (a private CA or a self-signed server
+    /// certificate) instead of the built-in web PKI roots. Refused at connect for a non-TLS URL.
+    pub fn tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_ca_pem = Some(pem.into());
+        self
+    }
+
     /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
     /// A malformed URL is [`crate::Error::Invalid`]; an unreachable server is
     /// [`crate::Error::Redis`] with [`crate::Phase::Connect`].
     pub async fn connect(self) -> Result<LeaseClient> {
-        let _ = (self.url, self.key_prefix);
-        todo!("lease implementation")
+        validate_prefix(&self.key_prefix)?;
+        for (what, d) in [
+            ("response timeout", self.response_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+                return Err(Error::invalid(
+                    what,
+                    format!(
+                        "{} ms is out of range; use between 1 ms and 1 h",
+                        d.as_millis()
+                    ),
+                ));
+            }
+        }
+        let redacted_url = redact(&self.url);
+        let client = redis::Client::open(self.url.as_str()).map_err(|e| {
+            Error::invalid(
+                "redis url",
+                format!(
+                    "`{redacted_url}` was refused ({}); use redis://[user:password@]host[:port][/db] or rediss://... for TLS",
+                    e.detail().unwrap_or("malformed")
+                ),
+            )
+        })?;
+        if self.url.starts_with("rediss://") {
+            // rustls needs one process-wide crypto provider; an application may have installed its
+            // own already, which is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match self.tls_root_ca_pem {
+            None => client,
+            Some(pem) => {
+                if !self.url.starts_with("rediss://") {
+                    return Err(Error::invalid(
+                        "tls root certificate",
+                        format!("it was given for `{redacted_url}`, which is not a TLS URL; use rediss://"),
+                    ));
+                }
+                redis::Client::build_with_tls(
+                    self.url.as_str(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+                .map_err(|e| {
+                    Error::invalid(
+                        "tls root certificate",
+                        format!("it was refused ({e}); give PEM-encoded certificate(s)"),
+                    )
+                })?
+            }
+        };
+        let round_trips = Arc::new(AtomicU64::new(0));
+
+        // Fail fast and clearly on an unreachable server or bad credentials; the connection then
+        // serves as the first dedicated (blocking) connection.
+        let probe_config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(None);
+        let probe = tokio::time::timeout(
+            self.connect_timeout + self.response_timeout,
+            client.get_multiplexed_async_connection_with_config(&probe_config),
+        )
+        .await
+        .map_err(|_| timeout_error("connect"))
+        .and_then(|r| r)
+        .map_err(Error::redis(Phase::Connect))?;
+        round_trips.fetch_add(1, Ordering::Relaxed);
+        // A server that requires AUTH accepts the connection and refuses commands: ask once, so that
+        // missing or wrong credentials are a connect error, not a surprise on the first acquire.
+        let mut probe = probe;
+        tokio::time::timeout(
+            self.response_timeout,
+            redis::cmd("PING").query_async::<()>(&mut probe),
+        )
+        .await
+        .map_err(|_| timeout_error("PING"))
+        .and_then(|r| r)
+        .map_err(Error::redis(Phase::Connect))?;
+        round_trips.fetch_add(1, Ordering::Relaxed);
+
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(200));
+        let manager = tokio::time::timeout(
+            self.connect_timeout * 2 + self.response_timeout,
+            redis::aio::ConnectionManager::new_with_config(client.clone(), manager_config),
+        )
+        .await
+        .map_err(|_| timeout_error("connect"))
+        .and_then(|r| r)
+        .map_err(Error::redis(Phase::Connect))?;
+        round_trips.fetch_add(1, Ordering::Relaxed);
+
+        let shared = Counted {
+            con: manager,
+            count: round_trips.clone(),
+        };
+        let blocking = BlockingPool::new(client, self.connect_timeout, round_trips.clone());
+        blocking.put(Counted {
+            con: probe,
+            count: round_trips.clone(),
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(watchdog::run(rx, shared.clone(), self.response_timeout));
+        tracing::debug!(url = %redacted_url, prefix = %self.key_prefix, "lease client connected");
+        Ok(LeaseClient {
+            inner: Arc::new(Inner {
+                shared,
+                blocking,
+                prefix: self.key_prefix,
+                round_trips,
+                response_timeout: self.response_timeout,
+                connect_timeout: self.connect_timeout,
+                watchdog: tx,
+                next_id: AtomicU64::new(1),
+                contenders: Contenders::default(),
+                redacted_url,
+            }),
+        })
     }
+}
+
+/// One acquire attempt's outcome.
+enum Attempt {
+    Taken(Lease),
+    Busy(Option<Duration>),
 }
 
 impl LeaseClient {
@@ -69,6 +340,9 @@ impl LeaseClient {
         LeaseClientBuilder {
             url: url.into(),
             key_prefix: "leasehold".to_owned(),
+            response_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            tls_root_ca_pem: None,
         }
     }
 
@@ -78,55 +352,433 @@ impl LeaseClient {
     }
 
     /// Requests this client (all its clones) has sent to Redis so far, counting a pipeline or script as
-    /// one. For benchmarks and tests of round trips per acquisition.
+    /// one. For benchmarks and tests of round trips per acquisition. Opening a connection counts as one.
     pub fn round_trips(&self) -> u64 {
-        todo!("lease implementation")
+        self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.prefix
     }
 
     /// The Redis keys used for `name`.
     pub fn keys(&self, name: &str) -> Result<LeaseKeys> {
-        let _ = name;
-        todo!("lease implementation")
+        LeaseKeys::new(&self.inner.prefix, name)
+    }
+
+    pub(crate) fn shared(&self) -> Shared {
+        self.inner.shared.clone()
+    }
+
+    /// Runs `fut` (a Redis request on the shared connection) with an overall bound: the response
+    /// timeout covers an established connection, this also covers a reconnect that hangs.
+    pub(crate) async fn bounded<T>(
+        &self,
+        phase: Phase,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        let limit = self.inner.response_timeout * 2 + self.inner.connect_timeout * 2;
+        tokio::time::timeout(limit, fut)
+            .await
+            .map_err(|_| timeout_error("overall bound"))
+            .and_then(|r| r)
+            .map_err(Error::redis(phase))
+    }
+
+    pub(crate) fn forget(&self, id: u64) {
+        let _ = self.inner.watchdog.send(Command::Forget(id));
+    }
+
+    pub(crate) fn release_in_background(&self, state: Arc<LeaseState>) {
+        let _ = self.inner.watchdog.send(Command::Release(state));
+    }
+
+    fn make_lease(
+        &self,
+        name: &str,
+        keys: LeaseKeys,
+        token: String,
+        fence: u64,
+        opts: &LeaseOptions,
+        sent_at: Instant,
+    ) -> Lease {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(LeaseState::new(
+            id,
+            name.to_owned(),
+            keys,
+            token,
+            Fence::new(fence),
+            opts.clone(),
+            sent_at,
+        ));
+        let _ = self.inner.watchdog.send(Command::Watch(state.clone()));
+        Lease::new(state, self.clone())
+    }
+
+    /// One acquire attempt: one round trip (the script, plus `WAIT` in the same pipeline when asked
+    /// for replica acknowledgements).
+    async fn attempt(&self, name: &str, keys: &LeaseKeys, opts: &LeaseOptions) -> Result<Attempt> {
+        let token = new_token();
+        let sent_at = Instant::now();
+        let Some((numreplicas, wait_timeout, policy)) = opts.replicas else {
+            let mut con = self.shared();
+            let reply = self
+                .bounded(
+                    Phase::Acquire,
+                    scripts::acquire(&mut con, keys, &token, opts.ttl),
+                )
+                .await?;
+            return Ok(match reply {
+                AcquireReply::Taken { fence } => {
+                    Attempt::Taken(self.make_lease(name, keys.clone(), token, fence, opts, sent_at))
+                }
+                AcquireReply::Busy { pttl_ms } => {
+                    Attempt::Busy(u64::try_from(pttl_ms).ok().map(Duration::from_millis))
+                }
+            });
+        };
+
+        // WAIT counts acknowledgements of this connection's own writes, and blocks it: run the
+        // script and WAIT together on a dedicated connection.
+        let mut con = self
+            .inner
+            .blocking
+            .get()
+            .await
+            .map_err(Error::redis(Phase::Acquire))?;
+        let limit = wait_timeout + self.inner.response_timeout * 2;
+        let (reply, acked) = tokio::time::timeout(
+            limit,
+            scripts::acquire_and_wait(&mut con, keys, &token, opts.ttl, numreplicas, wait_timeout),
+        )
+        .await
+        .map_err(|_| timeout_error("acquire and WAIT"))
+        .and_then(|r| r)
+        .map_err(Error::redis(Phase::Acquire))?;
+        self.inner.blocking.put(con);
+        let fence = match reply {
+            AcquireReply::Busy { pttl_ms } => {
+                return Ok(Attempt::Busy(
+                    u64::try_from(pttl_ms).ok().map(Duration::from_millis),
+                ))
+            }
+            AcquireReply::Taken { fence } => fence,
+        };
+        let lease = self.make_lease(name, keys.clone(), token, fence, opts, sent_at);
+        if acked >= i64::from(numreplicas) {
+            return Ok(Attempt::Taken(lease));
+        }
+        match policy {
+            ReplicaPolicy::FailClosed => {
+                metrics::replica_shortfall("fail_closed");
+                tracing::warn!(
+                    lease = name,
+                    acked,
+                    wanted = numreplicas,
+                    "lock write not replicated; releasing (fail-closed)"
+                );
+                // Best effort: if this release fails, the lease is handed to the background.
+                let _ = lease.release().await;
+                Err(Error::NotReplicated {
+                    name: name.to_owned(),
+                    acked,
+                    wanted: i64::from(numreplicas),
+                })
+            }
+            ReplicaPolicy::FailOpen => {
+                metrics::replica_shortfall("fail_open");
+                tracing::warn!(
+                    lease = name,
+                    acked,
+                    wanted = numreplicas,
+                    "lock write not replicated; keeping the lease (fail-open)"
+                );
+                Ok(Attempt::Taken(lease))
+            }
+        }
+    }
+
+    fn record_outcome(&self, started: Instant, r: &Result<Lease>) {
+        let outcome = match r {
+            Ok(_) => "acquired",
+            Err(Error::Busy { .. }) => "busy",
+            Err(Error::WaitTimeout { .. }) => "timeout",
+            Err(Error::NotReplicated { .. }) => "not_replicated",
+            Err(_) => "error",
+        };
+        metrics::acquired(outcome, started.elapsed());
     }
 
     /// Tries once: the lease, or [`crate::Error::Busy`] with how long the holder's lease still runs.
     /// One round trip. Cancel safety: if cancelled after the request was sent, the lease may be taken
     /// and then expires after one TTL (it is never renewed).
+    #[tracing::instrument(level = "debug", skip(self, opts), fields(lease = name))]
     pub async fn try_acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
-        let _ = (name, opts);
-        todo!("lease implementation")
+        let keys = self.keys(name)?;
+        let started = Instant::now();
+        let r = match self.attempt(name, &keys, opts).await {
+            Ok(Attempt::Taken(lease)) => Ok(lease),
+            Ok(Attempt::Busy(remaining)) => {
+                metrics::contention();
+                Err(Error::Busy {
+                    name: name.to_owned(),
+                    remaining,
+                })
+            }
+            Err(e) => Err(e),
+        };
+        self.record_outcome(started, &r);
+        r
     }
 
     /// Waits up to `max_wait` for the lease (`Duration::ZERO` behaves like
     /// [`try_acquire`](Self::try_acquire)); [`crate::Error::WaitTimeout`] when the bound passes. Woken
-    /// by releases, not by polling.
+    /// by releases, not by polling: tasks of this client waiting for the same name queue in FIFO order
+    /// behind one contender, which blocks on the name's wake list (`BLPOP`, on a dedicated connection)
+    /// for at most the holder's remaining TTL plus jitter.
+    ///
+    /// The bound is kept to within one request's response time (an acquire attempt already sent is
+    /// awaited, not abandoned). Cancel safety: cancelling while queued or blocked is clean; cancelling
+    /// during an attempt is as for [`try_acquire`](Self::try_acquire).
+    #[tracing::instrument(level = "debug", skip(self, opts), fields(lease = name, max_wait_ms = max_wait.as_millis() as u64))]
     pub async fn acquire(
         &self,
         name: &str,
         opts: &LeaseOptions,
         max_wait: Duration,
     ) -> Result<Lease> {
-        let _ = (name, opts, max_wait);
-        todo!("lease implementation")
+        if max_wait.is_zero() {
+            return self.try_acquire(name, opts).await;
+        }
+        let keys = self.keys(name)?;
+        let started = Instant::now();
+        let r = self.wait_for(name, &keys, opts, started, max_wait).await;
+        self.record_outcome(started, &r);
+        r
     }
 
-    /// Reads the state of `name` without touching it.
+    async fn wait_for(
+        &self,
+        name: &str,
+        keys: &LeaseKeys,
+        opts: &LeaseOptions,
+        started: Instant,
+        max_wait: Duration,
+    ) -> Result<Lease> {
+        let end = started + max_wait;
+        let timed_out = || Error::WaitTimeout {
+            name: name.to_owned(),
+            waited: started.elapsed(),
+        };
+        let queue = self.inner.contenders.queue(name);
+        let Ok(mut head) = tokio::time::timeout_at(end, queue.lock_owned()).await else {
+            return Err(timed_out());
+        };
+        // When the previous head of this queue got the lease, it is held here: block at once.
+        let mut holder_remaining: Option<Option<Duration>> = head
+            .held_here_until
+            .take()
+            .and_then(|t| t.checked_duration_since(Instant::now()))
+            .map(Some);
+        loop {
+            if holder_remaining.is_none() {
+                match self.attempt(name, keys, opts).await? {
+                    Attempt::Taken(lease) => {
+                        head.held_here_until = Some(Instant::now() + opts.ttl);
+                        return Ok(lease);
+                    }
+                    Attempt::Busy(remaining) => {
+                        metrics::contention();
+                        holder_remaining = Some(remaining);
+                    }
+                }
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timed_out());
+            }
+            let block = waiters::block_for(holder_remaining.take().flatten(), left);
+            if block >= Duration::from_millis(1) {
+                self.wait_for_wake(&keys.wake, block).await?;
+            }
+        }
+    }
+
+    /// Blocks on the wake list for up to `block` on a dedicated connection. Returns when woken or
+    /// when the time is up; the caller then asks again.
+    async fn wait_for_wake(&self, wake_key: &str, block: Duration) -> Result<()> {
+        let mut con = self
+            .inner
+            .blocking
+            .get()
+            .await
+            .map_err(Error::redis(Phase::Wait))?;
+        let secs = format!("{:.3}", block.as_secs_f64().max(0.001)); // never "0": that blocks forever
+        let reply = tokio::time::timeout(
+            block + self.inner.response_timeout,
+            redis::cmd("BLPOP")
+                .arg(wake_key)
+                .arg(secs)
+                .query_async::<Option<(String, String)>>(&mut con),
+        )
+        .await
+        .map_err(|_| timeout_error("BLPOP"))
+        .and_then(|r| r)
+        .map_err(Error::redis(Phase::Wait))?;
+        self.inner.blocking.put(con);
+        tracing::trace!(woken = reply.is_some(), "wake list");
+        Ok(())
+    }
+
+    /// Reads the state of `name` without touching it. One round trip.
     pub async fn inspect(&self, name: &str) -> Result<LeaseInfo> {
-        let _ = name;
-        todo!("lease implementation")
+        let keys = self.keys(name)?;
+        let mut infos = self.inspect_many(vec![(name.to_owned(), keys)]).await?;
+        Ok(infos.remove(0))
+    }
+
+    async fn inspect_many(&self, names: Vec<(String, LeaseKeys)>) -> Result<Vec<LeaseInfo>> {
+        let mut out = Vec::with_capacity(names.len());
+        for chunk in names.chunks(500) {
+            let mut pipe = redis::pipe();
+            for (_, keys) in chunk {
+                pipe.cmd("PTTL").arg(&keys.lock).cmd("GET").arg(&keys.fence);
+            }
+            let mut con = self.shared();
+            let values: Vec<redis::Value> = self
+                .bounded(Phase::Inspect, pipe.query_async(&mut con))
+                .await?;
+            let mut it = values.into_iter();
+            for (name, keys) in chunk {
+                let pttl: i64 = it
+                    .next()
+                    .map(redis::from_redis_value)
+                    .transpose()
+                    .map_err(|e| Error::redis(Phase::Inspect)(e.into()))?
+                    .unwrap_or(-2);
+                let fence: Option<String> = it
+                    .next()
+                    .map(redis::from_redis_value)
+                    .transpose()
+                    .map_err(|e| Error::redis(Phase::Inspect)(e.into()))?
+                    .flatten();
+                out.push(LeaseInfo {
+                    name: name.clone(),
+                    key: keys.lock.clone(),
+                    held: pttl != -2,
+                    ttl_ms: u64::try_from(pttl).ok(),
+                    fence: fence.and_then(|f| f.parse().ok()),
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Lists lease names under this client's prefix whose name matches the glob `pattern` (`*` for all).
-    /// Uses `SCAN`, never `KEYS`.
+    /// Uses `SCAN`, never `KEYS`. A name appears once it has been acquired (its fence key stays) or
+    /// while someone holds its lock key.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
-        let _ = pattern;
-        todo!("lease implementation")
+        if pattern.is_empty() {
+            return Err(Error::invalid(
+                "name pattern",
+                "it is empty; use `*` to list all names",
+            ));
+        }
+        if let Some(c) = pattern
+            .chars()
+            .find(|c| *c == '{' || *c == '}' || c.is_control())
+        {
+            return Err(Error::invalid(
+                "name pattern",
+                format!(
+                    "it contains {c:?}; lease names never contain braces or control characters"
+                ),
+            ));
+        }
+        let tag_start = format!("{{{}:", self.inner.prefix);
+        let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
+        let mut names = BTreeSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut con = self.shared();
+            let (next, keys): (u64, Vec<String>) = self
+                .bounded(
+                    Phase::Inspect,
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&matcher)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut con),
+                )
+                .await?;
+            for key in keys {
+                let Some(rest) = key.strip_prefix(&tag_start) else {
+                    continue;
+                };
+                let name = rest
+                    .strip_suffix("}:lock")
+                    .or_else(|| rest.strip_suffix("}:fence"));
+                if let Some(name) = name {
+                    names.insert(name.to_owned());
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        let named = names
+            .into_iter()
+            .filter_map(|n| self.keys(&n).ok().map(|k| (n, k)))
+            .collect();
+        self.inspect_many(named).await
     }
 
     /// Operator's override, unsafe for the evicted holder by design: deletes the lock whoever holds it
     /// and advances the fence, so the evicted holder's renewal fails and its fenced writes are refused.
     pub async fn force_release(&self, name: &str) -> Result<ForcedRelease> {
-        let _ = name;
-        todo!("lease implementation")
+        let keys = self.keys(name)?;
+        let mut con = self.shared();
+        let (evicted, fence) = self
+            .bounded(Phase::Release, scripts::force_release(&mut con, &keys))
+            .await?;
+        tracing::warn!(lease = name, evicted, %fence, "lease force-released");
+        Ok(ForcedRelease {
+            evicted,
+            fence: Fence::new(fence),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("redis://app:s3cret@127.0.0.1:6379/0"),
+            "redis://app:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("rediss://:pw@h/"), "rediss://:***@h/");
+        assert_eq!(redact("redis://h:1/"), "redis://h:1/");
+    }
+
+    #[test]
+    fn glob_metacharacters_in_the_prefix_are_literal() {
+        assert_eq!(glob_escape("{a*b?[c]}"), "{a\\*b\\?\\[c\\]}");
+    }
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_unique() {
+        let a = new_token();
+        let b = new_token();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
     }
 }

@@ -1,18 +1,33 @@
 //! The held lease and the signal that tells its holder the lease is gone.
+//!
+//! Promise: the [`LostSignal`] fires no later than the holder's own deadline (measured from before
+//! the acquire or the last successful renewal was sent, minus drift), even if Redis hangs.
+//! Limit: it cannot stop code that is already running; a process paused past its deadline learns of
+//! the loss only when it runs again. Fence the resource for correctness.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{LostReason, Result};
+use crate::error::{Error, LostReason, Phase, Result};
 use crate::fence::Fence;
+use crate::lease::client::LeaseClient;
+use crate::lease::{metrics, scripts, LeaseKeys, LeaseOptions};
 
 /// A held lease. Renewed in the background while alive; [`release`](Self::release) it explicitly.
 /// Dropping it without release hands the release to a background task (Drop does no I/O in place).
 #[must_use = "a lease is released when dropped; hold it for the critical section"]
 #[derive(Debug)]
 pub struct Lease {
-    // Filled in by the lease implementation.
+    /// What the watchdog shares with this guard: token, deadline, signal.
+    state: Arc<LeaseState>,
+    /// The client that took it: its connection serves renew/release, its watchdog renews.
+    client: LeaseClient,
+    /// Set once release reached Redis, so Drop does not hand a second release to the background.
+    done: bool,
 }
 
 /// Fires once when the lease stops being safe to act on. Clone it into the task doing the work and
@@ -20,13 +35,35 @@ pub struct Lease {
 #[derive(Debug, Clone)]
 pub struct LostSignal {
     token: CancellationToken,
+    /// Set before `token` is cancelled, so a woken `fired()` always finds it.
+    reason: Arc<OnceLock<LostReason>>,
 }
 
 impl LostSignal {
+    pub(crate) fn new() -> Self {
+        LostSignal {
+            token: CancellationToken::new(),
+            reason: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Fires with `reason` unless it already fired; `true` if this call fired it.
+    pub(crate) fn fire(&self, reason: LostReason) -> bool {
+        if self.reason.set(reason).is_ok() {
+            self.token.cancel();
+            true
+        } else {
+            false
+        }
+    }
+
     /// Completes when the lease is lost, with the reason. Cancel safe.
     pub async fn fired(&self) -> LostReason {
         self.token.cancelled().await;
-        todo!("lease implementation")
+        self.reason
+            .get()
+            .copied()
+            .unwrap_or(LostReason::DeadlinePassed)
     }
 
     /// Whether the lease has been lost.
@@ -36,7 +73,7 @@ impl LostSignal {
 
     /// The reason, once fired.
     pub fn reason(&self) -> Option<LostReason> {
-        todo!("lease implementation")
+        self.reason.get().copied()
     }
 
     /// A child cancellation token that is cancelled when the lease is lost, for code that already
@@ -46,41 +83,277 @@ impl LostSignal {
     }
 }
 
+/// The part of a held lease the watchdog shares.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    /// Watchdog registry key, unique per client.
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) keys: LeaseKeys,
+    /// 128 random bits, hex; the lock key's value while we hold it.
+    pub(crate) token: String,
+    pub(crate) fence: Fence,
+    pub(crate) opts: LeaseOptions,
+    /// When the acquire was sent: hold time is measured from here.
+    pub(crate) acquired_at: Instant,
+    /// `acquired_at + max_hold`, when capped.
+    pub(crate) max_hold_at: Option<Instant>,
+    /// The holder's own deadline: (instant the last successful acquire/renew was sent) + ttl - drift.
+    deadline: Mutex<Instant>,
+    pub(crate) signal: LostSignal,
+    /// Released (or handed to a background release): the watchdog stops watching it.
+    pub(crate) released: AtomicBool,
+    /// Hold time recorded (on release or loss, whichever first).
+    finished: AtomicBool,
+}
+
+impl LeaseState {
+    pub(crate) fn new(
+        id: u64,
+        name: String,
+        keys: LeaseKeys,
+        token: String,
+        fence: Fence,
+        opts: LeaseOptions,
+        sent_at: Instant,
+    ) -> Self {
+        let deadline = sent_at + opts.ttl - opts.drift;
+        let max_hold_at = opts.max_hold.map(|m| sent_at + m);
+        LeaseState {
+            id,
+            name,
+            keys,
+            token,
+            fence,
+            opts,
+            acquired_at: sent_at,
+            max_hold_at,
+            deadline: Mutex::new(deadline),
+            signal: LostSignal::new(),
+            released: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    /// The deadline by validity alone (not by max hold).
+    pub(crate) fn validity_deadline(&self) -> Instant {
+        *self.deadline.lock().expect("deadline lock")
+    }
+
+    /// Moves the deadline to `sent_at + ttl - drift` after a successful renewal sent at `sent_at`
+    /// (never backwards: renewals may complete out of order).
+    pub(crate) fn extend(&self, sent_at: Instant) {
+        let candidate = sent_at + self.opts.ttl - self.opts.drift;
+        let mut d = self.deadline.lock().expect("deadline lock");
+        if candidate > *d {
+            *d = candidate;
+        }
+    }
+
+    /// The earlier of the validity deadline and the max-hold instant.
+    pub(crate) fn effective_deadline(&self) -> Instant {
+        let d = self.validity_deadline();
+        match self.max_hold_at {
+            Some(m) if m < d => m,
+            _ => d,
+        }
+    }
+
+    /// Fires the lost signal (once), counting and logging it.
+    pub(crate) fn fire(&self, reason: LostReason) {
+        if self.signal.fire(reason) {
+            metrics::lost(reason);
+            tracing::warn!(lease = %self.name, fence = %self.fence, %reason, "lease lost");
+            self.finish();
+        }
+    }
+
+    /// Records the hold time once.
+    pub(crate) fn finish(&self) {
+        if !self.finished.swap(true, Ordering::AcqRel) {
+            metrics::hold_time(self.acquired_at.elapsed());
+        }
+    }
+
+    /// Safe time left; zero once lost.
+    pub(crate) fn remaining(&self) -> Duration {
+        if self.signal.is_fired() {
+            return Duration::ZERO;
+        }
+        self.effective_deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    fn lost_error(&self, reason: LostReason) -> Error {
+        Error::LeaseLost {
+            name: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// Fires DeadlinePassed or MaxHoldReached if due now; returns the reason when lost.
+    pub(crate) fn check_time(&self, now: Instant) -> Option<LostReason> {
+        if let Some(r) = self.signal.reason() {
+            return Some(r);
+        }
+        if self.max_hold_at.is_some_and(|m| m <= now) {
+            self.fire(LostReason::MaxHoldReached);
+        } else if self.validity_deadline() <= now {
+            self.fire(LostReason::DeadlinePassed);
+        }
+        self.signal.reason()
+    }
+}
+
 impl Lease {
+    pub(crate) fn new(state: Arc<LeaseState>, client: LeaseClient) -> Self {
+        Lease {
+            state,
+            client,
+            done: false,
+        }
+    }
+
     /// The lease name.
     pub fn name(&self) -> &str {
-        todo!("lease implementation")
+        &self.state.name
     }
 
     /// The fencing token to present to resources.
     pub fn fence(&self) -> Fence {
-        todo!("lease implementation")
+        self.state.fence
     }
 
     /// The random token stored in the lock key.
     pub fn token(&self) -> &str {
-        todo!("lease implementation")
+        &self.state.token
+    }
+
+    /// The Redis keys of this lease.
+    pub fn keys(&self) -> &LeaseKeys {
+        &self.state.keys
+    }
+
+    /// The options it was taken with.
+    pub fn options(&self) -> &LeaseOptions {
+        &self.state.opts
     }
 
     /// The lost-lease signal.
     pub fn lost(&self) -> LostSignal {
-        todo!("lease implementation")
+        self.state.signal.clone()
     }
 
-    /// Safe time left by the holder's own deadline (zero once lost).
+    /// Whether the lease has been lost (shorthand for `lost().is_fired()`).
+    pub fn is_lost(&self) -> bool {
+        self.state.signal.is_fired()
+    }
+
+    /// Safe time left by the holder's own deadline (zero once lost). Also bounded by the maximum hold
+    /// time.
     pub fn remaining(&self) -> Duration {
-        todo!("lease implementation")
+        self.state.remaining()
+    }
+
+    /// How long it has been held, measured from before the acquire was sent.
+    pub fn held_for(&self) -> Duration {
+        self.state.acquired_at.elapsed()
     }
 
     /// Renews now (the watchdog does this on its own). [`crate::Error::LeaseLost`] when it is no longer
-    /// ours.
+    /// ours: already lost by the client's deadline or max hold, or Redis no longer holds our token.
+    /// Cancel safe (a renewal that was sent and not awaited only extends our own lease).
+    #[tracing::instrument(level = "debug", skip(self), fields(lease = %self.state.name, fence = %self.state.fence))]
     pub async fn renew(&self) -> Result<()> {
-        todo!("lease implementation")
+        let st = &self.state;
+        let sent_at = Instant::now();
+        if let Some(reason) = st.check_time(sent_at) {
+            return Err(st.lost_error(reason));
+        }
+        let mut con = self.client.shared();
+        let reply = self
+            .client
+            .bounded(
+                Phase::Renew,
+                scripts::renew(&mut con, &st.keys.lock, &st.token, st.opts.ttl),
+            )
+            .await;
+        match reply {
+            Ok(true) => {
+                metrics::renewal("renewed");
+                st.extend(sent_at);
+                match st.signal.reason() {
+                    Some(reason) => Err(st.lost_error(reason)),
+                    None => Ok(()),
+                }
+            }
+            Ok(false) => {
+                metrics::renewal("not_ours");
+                st.fire(LostReason::NotOurs);
+                Err(st.lost_error(st.signal.reason().unwrap_or(LostReason::NotOurs)))
+            }
+            Err(e) => {
+                metrics::renewal("error");
+                Err(e)
+            }
+        }
     }
 
     /// Releases: deletes the lock only if it still holds our token, then wakes one waiter.
-    /// [`crate::Error::LeaseLost`] when it was already gone (expired, or force-released).
-    pub async fn release(self) -> Result<()> {
-        todo!("lease implementation")
+    /// [`crate::Error::LeaseLost`] when it was already gone (expired, or force-released), and also when
+    /// the lost signal had fired before (deadline or max hold passed) even if Redis still had the key
+    /// and it was deleted now: the critical section was not covered the whole time.
+    /// Cancel safe: if cancelled before Redis answered, the release is handed to the background.
+    #[tracing::instrument(level = "debug", skip(self), fields(lease = %self.state.name, fence = %self.state.fence))]
+    pub async fn release(mut self) -> Result<()> {
+        let st = self.state.clone();
+        st.released.store(true, Ordering::Release);
+        self.client.forget(st.id);
+        let mut con = self.client.shared();
+        let reply = self
+            .client
+            .bounded(
+                Phase::Release,
+                scripts::release(&mut con, &st.keys, &st.token),
+            )
+            .await;
+        match reply {
+            Ok(ours) => {
+                self.mark_done();
+                st.finish();
+                if ours {
+                    metrics::release("released");
+                    match st.signal.reason() {
+                        Some(reason) => Err(st.lost_error(reason)),
+                        None => Ok(()),
+                    }
+                } else {
+                    metrics::release("already_gone");
+                    st.fire(LostReason::NotOurs);
+                    Err(st.lost_error(st.signal.reason().unwrap_or(LostReason::NotOurs)))
+                }
+            }
+            Err(e) => {
+                metrics::release("error");
+                // Drop hands a retry to the background.
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Lease {
+    /// Release reached Redis: Drop must not hand another one to the background.
+    fn mark_done(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.done {
+            self.state.released.store(true, Ordering::Release);
+            self.client.release_in_background(self.state.clone());
+        }
     }
 }

@@ -7,14 +7,26 @@
 //! two holders. Nothing in Redis prevents it. If double execution would corrupt data, fence or
 //! constrain at the resource ([`crate::fence`], [`crate::idempotency`], [`crate::state`]).
 //!
-//! Layout: [`options`] (validated per-lease settings), [`client`] (connection, acquire, inspect),
-//! [`guard`] (the held [`Lease`] and its [`LostSignal`]), `keys` (hash-tagged key names), `scripts`
-//! (one `.lua` file per script, each behind one typed function).
+//! The fence is `max(previous + 1, Redis server time in µs)`. It survives a restart without
+//! persistence or a failover to a replica that missed the last write **as long as the new server's
+//! clock is not behind the old one's by more than the time the restart or failover took** (seconds in
+//! practice; keep server clocks NTP-synchronised and never step them back).
+//!
+//! Layout: [`options`] (validated per-lease settings), [`client`] (connection, acquire, waiting,
+//! inspect), [`guard`] (the held [`Lease`] and its [`LostSignal`]), [`metrics`] (metric names),
+//! `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, each behind one typed
+//! function), `watchdog` (one renewal scheduler per client), `waiters` (one contender per name),
+//! `conn` (shared and dedicated connections, round-trip counting).
 
 pub mod client;
+mod conn;
 pub mod guard;
 mod keys;
+pub mod metrics;
 pub mod options;
+mod scripts;
+mod waiters;
+mod watchdog;
 
 pub use client::{ForcedRelease, LeaseClient, LeaseClientBuilder, LeaseInfo};
 pub use guard::{Lease, LostSignal};

@@ -1,0 +1,70 @@
+//! The lease's metrics, recorded through the `metrics` facade (install any recorder, e.g. the
+//! Prometheus exporter). Names are prefixed `leasehold_`; labels never carry the lease name, so the
+//! number of series stays fixed however many names are used.
+//!
+//! Limit: without an installed recorder nothing is kept.
+
+use std::time::Duration;
+
+use crate::error::LostReason;
+
+/// Histogram, seconds: time from calling acquire to its outcome (`outcome` label).
+pub const ACQUIRE_WAIT_SECONDS: &str = "leasehold_acquire_wait_seconds";
+/// Histogram, seconds: time a lease was held, from before its acquire was sent to its release or loss.
+pub const HOLD_SECONDS: &str = "leasehold_hold_seconds";
+/// Counter: acquisitions by `outcome` (`acquired`, `busy`, `timeout`, `error`, `not_replicated`).
+pub const ACQUISITIONS_TOTAL: &str = "leasehold_acquisitions_total";
+/// Counter: acquire attempts that found the lease held by someone else.
+pub const CONTENTION_TOTAL: &str = "leasehold_contention_total";
+/// Counter: renewals by `outcome` (`renewed`, `not_ours`, `error`).
+pub const RENEWALS_TOTAL: &str = "leasehold_renewals_total";
+/// Counter: lost leases by `reason` (`deadline_passed`, `not_ours`, `max_hold_reached`).
+pub const LOST_TOTAL: &str = "leasehold_lost_total";
+/// Counter: releases by `outcome` (`released`, `already_gone`, `error`) and `mode`.
+pub const RELEASES_TOTAL: &str = "leasehold_releases_total";
+/// Counter: `WAIT` after acquire that got fewer replica acknowledgements than asked for, by `policy`.
+pub const REPLICA_SHORTFALL_TOTAL: &str = "leasehold_replica_shortfall_total";
+
+pub(crate) fn acquired(outcome: &'static str, waited: Duration) {
+    metrics::counter!(ACQUISITIONS_TOTAL, "outcome" => outcome).increment(1);
+    metrics::histogram!(ACQUIRE_WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
+}
+
+pub(crate) fn contention() {
+    metrics::counter!(CONTENTION_TOTAL).increment(1);
+}
+
+pub(crate) fn renewal(outcome: &'static str) {
+    metrics::counter!(RENEWALS_TOTAL, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn renewals(outcome: &'static str, n: u64) {
+    if n > 0 {
+        metrics::counter!(RENEWALS_TOTAL, "outcome" => outcome).increment(n);
+    }
+}
+
+pub(crate) fn release(outcome: &'static str) {
+    metrics::counter!(RELEASES_TOTAL, "outcome" => outcome, "mode" => "explicit").increment(1);
+}
+
+pub(crate) fn background_release(outcome: &'static str) {
+    metrics::counter!(RELEASES_TOTAL, "outcome" => outcome, "mode" => "dropped").increment(1);
+}
+
+pub(crate) fn lost(reason: LostReason) {
+    let reason = match reason {
+        LostReason::DeadlinePassed => "deadline_passed",
+        LostReason::NotOurs => "not_ours",
+        LostReason::MaxHoldReached => "max_hold_reached",
+    };
+    metrics::counter!(LOST_TOTAL, "reason" => reason).increment(1);
+}
+
+pub(crate) fn hold_time(held: Duration) {
+    metrics::histogram!(HOLD_SECONDS).record(held.as_secs_f64());
+}
+
+pub(crate) fn replica_shortfall(policy: &'static str) {
+    metrics::counter!(REPLICA_SHORTFALL_TOTAL, "policy" => policy).increment(1);
+}

@@ -1,0 +1,237 @@
+//! The lease's Lua scripts, one `.lua` file each, each behind one typed function. Scripts run as
+//! `EVALSHA`, reloaded automatically when the server answers `NOSCRIPT` (after a restart or failover).
+//!
+//! Limit: a script is atomic on one Redis server; it says nothing about what replicas have seen.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Script, Value};
+
+use crate::lease::LeaseKeys;
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
+static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("force_release.lua")));
+
+/// How long an unclaimed wake-up stays in the wake list. Long enough for a contender that was just
+/// told "busy" to reach its `BLPOP`; a stale wake-up costs one extra acquire attempt, no more, and
+/// acquire deletes it once the lock is taken.
+pub(crate) const WAKE_LINGER: Duration = Duration::from_secs(30);
+
+/// What acquire.lua answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// Taken, with the new fence.
+    Taken { fence: u64 },
+    /// Busy; `pttl_ms` is the holder's remaining TTL (negative: held without expiry).
+    Busy { pttl_ms: i64 },
+}
+
+impl AcquireReply {
+    fn from_pair((taken, n): (i64, i64)) -> RedisResult<Self> {
+        match taken {
+            1 => Ok(AcquireReply::Taken {
+                fence: u64::try_from(n).map_err(|_| bad_reply("acquire", "negative fence"))?,
+            }),
+            0 => Ok(AcquireReply::Busy { pttl_ms: n }),
+            _ => Err(bad_reply("acquire", "first element is not 0 or 1")),
+        }
+    }
+}
+
+fn bad_reply(script: &'static str, what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected reply from a leasehold script",
+        format!("{script}: {what}"),
+    ))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// acquire.lua: take the lock with `token` for `ttl` if free; mint the fence.
+pub(crate) async fn acquire<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LeaseKeys,
+    token: &str,
+    ttl: Duration,
+) -> RedisResult<AcquireReply> {
+    let pair: (i64, i64) = ACQUIRE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.wake)
+        .arg(token)
+        .arg(ms(ttl))
+        .invoke_async(con)
+        .await?;
+    AcquireReply::from_pair(pair)
+}
+
+/// acquire.lua followed by `WAIT numreplicas timeout` in one pipeline on `con` (WAIT counts the
+/// acknowledgements of *this connection's* writes, so both must share it). Returns the reply and the
+/// number of replicas that acknowledged.
+pub(crate) async fn acquire_and_wait<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LeaseKeys,
+    token: &str,
+    ttl: Duration,
+    numreplicas: u32,
+    timeout: Duration,
+) -> RedisResult<(AcquireReply, i64)> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVALSHA")
+        .arg(ACQUIRE.get_hash())
+        .arg(3)
+        .arg(&keys.lock)
+        .arg(&keys.fence)
+        .arg(&keys.wake)
+        .arg(token)
+        .arg(ms(ttl))
+        .cmd("WAIT")
+        .arg(numreplicas)
+        .arg(ms(timeout));
+    let reply: RedisResult<((i64, i64), i64)> = pipe.query_async(con).await;
+    let (pair, acked) = match reply {
+        Err(e) if is_noscript(&e) => {
+            ACQUIRE.load_async(con).await?;
+            pipe.query_async(con).await?
+        }
+        other => other?,
+    };
+    Ok((AcquireReply::from_pair(pair)?, acked))
+}
+
+/// release.lua: delete the lock if it holds `token`, then push one wake-up. `true` when it was ours.
+pub(crate) async fn release<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LeaseKeys,
+    token: &str,
+) -> RedisResult<bool> {
+    let n: i64 = RELEASE
+        .key(&keys.lock)
+        .key(&keys.wake)
+        .arg(token)
+        .arg(ms(WAKE_LINGER))
+        .invoke_async(con)
+        .await?;
+    Ok(n == 1)
+}
+
+/// renew.lua: reset the lock's TTL to `ttl` if it holds `token`. `true` when it was ours.
+pub(crate) async fn renew<C: ConnectionLike>(
+    con: &mut C,
+    lock_key: &str,
+    token: &str,
+    ttl: Duration,
+) -> RedisResult<bool> {
+    let n: i64 = RENEW
+        .key(lock_key)
+        .arg(token)
+        .arg(ms(ttl))
+        .invoke_async(con)
+        .await?;
+    Ok(n == 1)
+}
+
+/// force_release.lua: delete the lock whoever holds it, advance the fence, wake one waiter.
+/// Returns `(evicted, fence)`.
+pub(crate) async fn force_release<C: ConnectionLike>(
+    con: &mut C,
+    keys: &LeaseKeys,
+) -> RedisResult<(bool, u64)> {
+    let (evicted, fence): (i64, i64) = FORCE_RELEASE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.wake)
+        .arg(ms(WAKE_LINGER))
+        .invoke_async(con)
+        .await?;
+    let fence = u64::try_from(fence).map_err(|_| bad_reply("force_release", "negative fence"))?;
+    Ok((evicted == 1, fence))
+}
+
+/// One renewal in a batch: the lock key, our token, the TTL to set.
+#[derive(Debug, Clone)]
+pub(crate) struct RenewItem {
+    pub(crate) lock_key: String,
+    pub(crate) token: String,
+    pub(crate) ttl: Duration,
+}
+
+/// renew.lua for many leases in one pipeline (one round trip; two more only when the script had to
+/// be reloaded). Per item: `Ok(true)` renewed, `Ok(false)` not ours, `Err` the server refused it.
+pub(crate) async fn renew_many<C: ConnectionLike>(
+    con: &mut C,
+    items: &[RenewItem],
+) -> RedisResult<Vec<RedisResult<bool>>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for item in items {
+        pipe.cmd("EVALSHA")
+            .arg(RENEW.get_hash())
+            .arg(1)
+            .arg(&item.lock_key)
+            .arg(&item.token)
+            .arg(ms(item.ttl));
+    }
+    let mut values: Vec<Value> = pipe.query_async(con).await?;
+    if values.iter().any(value_is_noscript) {
+        RENEW.load_async(con).await?;
+        values = pipe.query_async(con).await?;
+    }
+    Ok(values.into_iter().map(flag).collect())
+}
+
+/// One background release in a batch: lock and wake keys, our token.
+#[derive(Debug, Clone)]
+pub(crate) struct ReleaseItem {
+    pub(crate) keys: LeaseKeys,
+    pub(crate) token: String,
+}
+
+/// release.lua for many leases in one pipeline. Per item as [`renew_many`].
+pub(crate) async fn release_many<C: ConnectionLike>(
+    con: &mut C,
+    items: &[ReleaseItem],
+) -> RedisResult<Vec<RedisResult<bool>>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for item in items {
+        pipe.cmd("EVALSHA")
+            .arg(RELEASE.get_hash())
+            .arg(2)
+            .arg(&item.keys.lock)
+            .arg(&item.keys.wake)
+            .arg(&item.token)
+            .arg(ms(WAKE_LINGER));
+    }
+    let mut values: Vec<Value> = pipe.query_async(con).await?;
+    if values.iter().any(value_is_noscript) {
+        RELEASE.load_async(con).await?;
+        values = pipe.query_async(con).await?;
+    }
+    Ok(values.into_iter().map(flag).collect())
+}
+
+fn flag(v: Value) -> RedisResult<bool> {
+    match v {
+        Value::ServerError(e) => Err(e.into()),
+        other => redis::from_redis_value::<i64>(other)
+            .map(|n| n == 1)
+            .map_err(Into::into),
+    }
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+fn value_is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}

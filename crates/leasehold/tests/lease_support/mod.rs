@@ -1,0 +1,48 @@
+//! Shared helpers for the lease integration tests: a private redis-server per test and short options.
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::{Duration, Instant};
+
+use leasehold::{LeaseClient, LeaseOptions};
+use leasehold_testkit::RedisServer;
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub fn server() -> RedisServer {
+    RedisServer::start().expect("start a private redis-server (is redis-server installed?)")
+}
+
+pub async fn client(server: &RedisServer) -> LeaseClient {
+    LeaseClient::builder(server.url())
+        .response_timeout(ms(500))
+        .connect_timeout(ms(500))
+        .connect()
+        .await
+        .expect("connect to the private redis-server")
+}
+
+pub fn opts(ttl_ms: u64) -> LeaseOptions {
+    LeaseOptions::with_ttl(ms(ttl_ms)).expect("valid options")
+}
+
+/// Polls `f` every 10 ms until it is true or `within` passes; returns whether it became true.
+pub async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    loop {
+        if f().await {
+            return true;
+        }
+        if Instant::now() > end {
+            return false;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+/// GET of a raw key through a fresh synchronous connection.
+pub fn raw_get(server: &RedisServer, key: &str) -> Option<String> {
+    let mut con = server.connection().expect("sync connection");
+    redis::cmd("GET").arg(key).query(&mut con).expect("GET")
+}

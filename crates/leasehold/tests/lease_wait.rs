@@ -1,0 +1,206 @@
+//! Waiting for a busy lease against a real redis-server: mutual exclusion under contention, wake-ups
+//! by release, the expiry fallback, the wait bound, no polling, and round trips per acquisition that
+//! stay flat as waiters grow.
+
+mod lease_support;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use lease_support::*;
+use leasehold::{Error, LeaseClient, LeaseOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_contenders_never_overlap_and_fences_only_grow() {
+    let srv = server();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&srv).await); // 4 "processes" × 8 tasks
+    }
+    let holding = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let acquisitions = Arc::new(AtomicUsize::new(0));
+    let last_fence = Arc::new(AtomicU64::new(0));
+    let fence_regressions = Arc::new(AtomicUsize::new(0));
+    let o = opts(5_000);
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let c = clients[i % 4].clone();
+        let (holding, overlaps, acquisitions, last_fence, fence_regressions, o) = (
+            holding.clone(),
+            overlaps.clone(),
+            acquisitions.clone(),
+            last_fence.clone(),
+            fence_regressions.clone(),
+            o.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let lease = c
+                    .acquire("hot", &o, ms(60_000))
+                    .await
+                    .expect("acquire within 60 s");
+                if holding.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let f = lease.fence().get();
+                if last_fence.swap(f, Ordering::SeqCst) >= f {
+                    fence_regressions.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(ms(2)).await;
+                holding.fetch_sub(1, Ordering::SeqCst);
+                acquisitions.fetch_add(1, Ordering::SeqCst);
+                lease.release().await.expect("release while held");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(acquisitions.load(Ordering::SeqCst), 128);
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "overlapping holds");
+    assert_eq!(
+        fence_regressions.load(Ordering::SeqCst),
+        0,
+        "a fence did not grow"
+    );
+}
+
+/// Round trips per successful acquisition with `waiters` tasks of one client contending for one name.
+async fn round_trips_per_acquisition(
+    c: &LeaseClient,
+    name: &str,
+    waiters: usize,
+    rounds: usize,
+) -> f64 {
+    let o = LeaseOptions::builder().ttl(ms(10_000)).build().unwrap();
+    // Warm: scripts loaded, one dedicated connection per concurrently blocked contender exists.
+    c.try_acquire(name, &o)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = c.round_trips();
+    let mut tasks = Vec::new();
+    for _ in 0..waiters {
+        let (c, o, name) = (c.clone(), o.clone(), name.to_owned());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let lease = c.acquire(&name, &o, ms(60_000)).await.unwrap();
+                tokio::task::yield_now().await;
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (c.round_trips() - before) as f64 / (waiters * rounds) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_per_acquisition_stay_flat_as_waiters_grow() {
+    let srv = server();
+    let c = client(&srv).await;
+    let mut figures = Vec::new();
+    for (waiters, rounds) in [(1, 200), (16, 12), (128, 2)] {
+        let per =
+            round_trips_per_acquisition(&c, &format!("flat-{waiters}"), waiters, rounds).await;
+        println!("round trips per acquisition with {waiters:>3} waiting tasks: {per:.2} ({} acquisitions)", waiters * rounds);
+        figures.push(per);
+    }
+    for per in &figures {
+        assert!(*per <= 4.0, "round trips per acquisition grew: {figures:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_long_before_the_ttl() {
+    let srv = server();
+    let holder = client(&srv).await;
+    let waiter = client(&srv).await; // another "process"
+    let a = holder.try_acquire("handover", &opts(10_000)).await.unwrap();
+    let w = tokio::spawn(async move {
+        let t0 = Instant::now();
+        let l = waiter.acquire("handover", &opts(10_000), ms(8_000)).await;
+        (l, t0.elapsed())
+    });
+    tokio::time::sleep(ms(300)).await;
+    a.release().await.unwrap();
+    let (l, waited) = w.await.unwrap();
+    let l = l.expect("woken by the release");
+    assert!(waited >= ms(250), "{waited:?}");
+    assert!(
+        waited < ms(3_000),
+        "took {waited:?}: not woken by the release"
+    );
+    l.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crashed_holders_expiry_is_noticed_without_a_release() {
+    let srv = server();
+    let c = client(&srv).await;
+    // A holder that crashed: the key was set and nobody will release it or push a wake-up.
+    let mut con = srv.connection().unwrap();
+    let key = c.keys("orphan").unwrap().lock;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("crashed")
+        .arg("PX")
+        .arg(500)
+        .query(&mut con)
+        .unwrap();
+    let t0 = Instant::now();
+    let before = c.round_trips();
+    let l = c
+        .acquire("orphan", &opts(5_000), ms(5_000))
+        .await
+        .expect("taken after the expiry");
+    let waited = t0.elapsed();
+    assert!(waited >= ms(400) && waited < ms(2_500), "{waited:?}");
+    assert!(
+        c.round_trips() - before <= 6,
+        "polled: {} round trips",
+        c.round_trips() - before
+    );
+    l.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_wait_bound_is_kept_and_waiting_does_not_poll() {
+    let srv = server();
+    let holder = client(&srv).await;
+    let c = client(&srv).await;
+    let _a = holder.try_acquire("busy", &opts(20_000)).await.unwrap();
+    let before = c.round_trips();
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            c.acquire("busy", &opts(20_000), ms(1_000)).await
+        }));
+    }
+    for t in tasks {
+        match t.await.unwrap() {
+            Err(Error::WaitTimeout { name, waited }) => {
+                assert_eq!(name, "busy");
+                assert!(waited >= ms(950), "{waited:?}");
+            }
+            other => panic!("expected WaitTimeout, got {other:?}"),
+        }
+    }
+    let elapsed = t0.elapsed();
+    assert!(elapsed < ms(3_500), "the bound was overrun: {elapsed:?}");
+    let sent = c.round_trips() - before;
+    // One contender asks once, blocks once, asks once more at the end; new dedicated connections
+    // count one each. A polling loop would send hundreds.
+    assert!(sent <= 8, "16 tasks waiting 1 s sent {sent} requests");
+    assert!(matches!(
+        c.try_acquire("busy", &opts(1_000)).await,
+        Err(Error::Busy { .. })
+    ));
+}

@@ -70,7 +70,7 @@ const HARNESS_COMMANDS: &[&str] = &[
 /// Per-command call counts from `INFO commandstats`. Redis 7 also counts the commands a Lua script
 /// runs, next to the `evalsha` call itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct CommandStats(BTreeMap<String, u64>);
+pub(crate) struct CommandStats(BTreeMap<String, (u64, u64)>);
 
 impl CommandStats {
     pub(crate) async fn read(con: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<Self> {
@@ -93,12 +93,14 @@ impl CommandStats {
             let Some((name, fields)) = rest.split_once(':') else {
                 continue;
             };
-            let calls = fields
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))
-                .and_then(|v| v.parse::<u64>().ok());
-            if let Some(calls) = calls {
-                map.insert(name.to_owned(), calls);
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key))
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            if let Some(calls) = field("calls=") {
+                map.insert(name.to_owned(), (calls, field("usec=").unwrap_or(0)));
             }
         }
         CommandStats(map)
@@ -106,17 +108,29 @@ impl CommandStats {
 
     /// Calls since `earlier`, leaving out the harness's own commands.
     pub(crate) fn since(&self, earlier: &CommandStats) -> BTreeMap<String, u64> {
+        self.deltas(earlier)
+            .filter_map(|(name, calls, _)| (calls > 0).then(|| (name.to_owned(), calls)))
+            .collect()
+    }
+
+    fn deltas<'a>(
+        &'a self,
+        earlier: &'a CommandStats,
+    ) -> impl Iterator<Item = (&'a str, u64, u64)> + 'a {
         self.0
             .iter()
             .filter(|(name, _)| {
                 let base = name.split('|').next().unwrap_or(name);
                 !HARNESS_COMMANDS.contains(&base)
             })
-            .filter_map(|(name, calls)| {
-                let delta = calls.saturating_sub(earlier.0.get(name).copied().unwrap_or(0));
-                (delta > 0).then(|| (name.clone(), delta))
+            .map(|(name, (calls, usec))| {
+                let (c0, u0) = earlier.0.get(name).copied().unwrap_or((0, 0));
+                (
+                    name.as_str(),
+                    calls.saturating_sub(c0),
+                    usec.saturating_sub(u0),
+                )
             })
-            .collect()
     }
 }
 

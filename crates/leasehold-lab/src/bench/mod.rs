@@ -248,7 +248,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
         let url = url.clone();
         let (each, slices) = (plan.measure, plan.s1_slices);
         let opts = LeaseOptions::default();
-        match guarded(async move { s1::run(&url, each, slices, &opts).await }).await {
+        match guarded(async move { s1::run(&url, redis_pid, each, slices, &opts).await }).await {
             Ok(r) => report.s1 = Some(r),
             Err(e) => {
                 report.failures.insert("s1".into(), e);
@@ -396,6 +396,15 @@ fn print_table(r: &BenchReport) {
         println!(
             "  baseline   {:>9.0} cycles/s  p50 {:>7.1} us  p99 {:>7.1} us",
             s1.baseline_cycles_per_s, s1.baseline_p50_us, s1.baseline_p99_us
+        );
+        println!(
+            "  per cycle, leasehold vs baseline: redis commands {:.1} vs {:.1}, redis CPU {:.1} vs {:.1} us, client CPU {:.1} vs {:.1} us",
+            s1.leasehold_commands_per_cycle,
+            s1.baseline_commands_per_cycle,
+            s1.leasehold_redis_cpu_us_per_cycle,
+            s1.baseline_redis_cpu_us_per_cycle,
+            s1.leasehold_client_cpu_us_per_cycle,
+            s1.baseline_client_cpu_us_per_cycle
         );
         println!(
             "  ratio {:.3} (target >= 0.9: {})",

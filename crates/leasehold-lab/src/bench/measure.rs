@@ -109,7 +109,8 @@ impl CommandStats {
     /// Calls since `earlier`, leaving out the harness's own commands.
     pub(crate) fn since(&self, earlier: &CommandStats) -> BTreeMap<String, u64> {
         self.deltas(earlier)
-            .filter_map(|(name, calls, _)| (calls > 0).then(|| (name.to_owned(), calls)))
+            .filter(|&(_, calls, _)| calls > 0)
+            .map(|(name, calls, _)| (name.to_owned(), calls))
             .collect()
     }
 

@@ -357,3 +357,28 @@ async fn one_watchdog_renews_many_leases_in_few_round_trips() {
         l.release().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_does_not_leave_the_lock_taken() {
+    let srv = server();
+    let c = client(&srv).await;
+    let o = opts(60_000);
+    for i in 0..20u64 {
+        // Cancel at varying points: before the request left, while it is on the wire, after.
+        let cut = Duration::from_micros(i * 150);
+        let _ = tokio::time::timeout(cut, c.try_acquire("cancelled", &o)).await;
+        let freed = eventually(ms(2_000), async || {
+            !c.inspect("cancelled").await.unwrap().held
+        })
+        .await;
+        assert!(
+            freed,
+            "round {i}: a cancelled acquire left the 60 s lock taken"
+        );
+    }
+    // A kept acquire still works and holds.
+    let l = c.try_acquire("cancelled", &o).await.unwrap();
+    tokio::time::sleep(ms(200)).await;
+    assert!(c.inspect("cancelled").await.unwrap().held);
+    l.release().await.unwrap();
+}

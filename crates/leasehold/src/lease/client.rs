@@ -419,7 +419,22 @@ impl LeaseClient {
 
     /// One acquire attempt: one round trip (the script, plus `WAIT` in the same pipeline when asked
     /// for replica acknowledgements).
+    ///
+    /// Runs in its own task so that it is cancel safe: if the caller stops waiting, the attempt still
+    /// completes, and a lease it took is dropped there, which hands its release to the watchdog.
     async fn attempt(&self, name: &str, keys: &LeaseKeys, opts: &LeaseOptions) -> Result<Attempt> {
+        let (this, name, keys, opts) = (self.clone(), name.to_owned(), keys.clone(), opts.clone());
+        tokio::spawn(async move { this.attempt_here(&name, &keys, &opts).await })
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+
+    async fn attempt_here(
+        &self,
+        name: &str,
+        keys: &LeaseKeys,
+        opts: &LeaseOptions,
+    ) -> Result<Attempt> {
         let token = new_token();
         let sent_at = Instant::now();
         let Some((numreplicas, wait_timeout, policy)) = opts.replicas else {
@@ -512,8 +527,8 @@ impl LeaseClient {
     }
 
     /// Tries once: the lease, or [`crate::Error::Busy`] with how long the holder's lease still runs.
-    /// One round trip. Cancel safety: if cancelled after the request was sent, the lease may be taken
-    /// and then expires after one TTL (it is never renewed).
+    /// One round trip. Cancel safe: if cancelled after the request was sent, the attempt completes in
+    /// the background and a lease it took is released at once (the lock is not left to its TTL).
     #[tracing::instrument(level = "debug", skip(self, opts), fields(lease = name))]
     pub async fn try_acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
         let keys = self.keys(name)?;
@@ -540,8 +555,10 @@ impl LeaseClient {
     /// for at most the holder's remaining TTL plus jitter.
     ///
     /// The bound is kept to within one request's response time (an acquire attempt already sent is
-    /// awaited, not abandoned). Cancel safety: cancelling while queued or blocked is clean; cancelling
-    /// during an attempt is as for [`try_acquire`](Self::try_acquire).
+    /// awaited, not abandoned). Cancel safe: cancelling while queued or blocked is clean; cancelling
+    /// during an attempt is as for [`try_acquire`](Self::try_acquire). One gap: a contender cancelled
+    /// right after it popped a wake-up consumes it, and other waiters then notice the free lock only
+    /// when their block times out (at most the previous holder's remaining TTL plus jitter).
     #[tracing::instrument(level = "debug", skip(self, opts), fields(lease = name, max_wait_ms = max_wait.as_millis() as u64))]
     pub async fn acquire(
         &self,

@@ -357,3 +357,95 @@ impl Drop for Lease {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(opts: LeaseOptions, sent_at: Instant) -> LeaseState {
+        LeaseState::new(
+            1,
+            "t".into(),
+            LeaseKeys::new("leasehold", "t").unwrap(),
+            "0".repeat(32),
+            Fence::new(7),
+            opts,
+            sent_at,
+        )
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_deadline_counts_from_before_the_request_and_subtracts_drift() {
+        let t0 = Instant::now();
+        let o = LeaseOptions::builder()
+            .ttl(ms(1_000))
+            .drift(ms(50))
+            .build()
+            .unwrap();
+        let st = state(o, t0);
+        assert_eq!(st.effective_deadline(), t0 + ms(950));
+        assert_eq!(st.check_time(t0 + ms(949)), None);
+        // A renewal sent at +500 moves the deadline to +1450, measured from its sending.
+        st.extend(t0 + ms(500));
+        assert_eq!(st.effective_deadline(), t0 + ms(1_450));
+        // A renewal that completes late but was sent earlier never moves it back.
+        st.extend(t0 + ms(100));
+        assert_eq!(st.effective_deadline(), t0 + ms(1_450));
+        assert_eq!(st.check_time(t0 + ms(1_449)), None);
+        assert_eq!(
+            st.check_time(t0 + ms(1_450)),
+            Some(LostReason::DeadlinePassed)
+        );
+        // Lost stays lost, with the first reason, whatever happens next.
+        st.extend(t0 + ms(2_000));
+        assert_eq!(st.check_time(t0), Some(LostReason::DeadlinePassed));
+        assert!(st.signal.is_fired());
+        assert_eq!(st.remaining(), Duration::ZERO);
+    }
+
+    #[test]
+    fn max_hold_caps_the_deadline_and_wins_over_renewals() {
+        let t0 = Instant::now();
+        let o = LeaseOptions::builder()
+            .ttl(ms(1_000))
+            .max_hold(ms(1_200))
+            .build()
+            .unwrap();
+        let st = state(o, t0);
+        st.extend(t0 + ms(900));
+        assert_eq!(st.effective_deadline(), t0 + ms(1_200));
+        assert_eq!(
+            st.check_time(t0 + ms(1_200)),
+            Some(LostReason::MaxHoldReached)
+        );
+        assert_eq!(st.signal.reason(), Some(LostReason::MaxHoldReached));
+    }
+
+    #[tokio::test]
+    async fn the_signal_fires_once_with_its_first_reason() {
+        let s = LostSignal::new();
+        let child = s.cancellation_token();
+        let waiter = tokio::spawn({
+            let s = s.clone();
+            async move { s.fired().await }
+        });
+        assert!(!s.is_fired() && s.reason().is_none());
+        assert!(s.fire(LostReason::NotOurs));
+        assert!(!s.fire(LostReason::DeadlinePassed));
+        assert_eq!(waiter.await.unwrap(), LostReason::NotOurs);
+        assert!(child.is_cancelled());
+        assert_eq!(s.reason(), Some(LostReason::NotOurs));
+    }
+
+    #[test]
+    fn leases_and_clients_can_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Lease>();
+        send_sync::<LostSignal>();
+        send_sync::<LeaseClient>();
+    }
+}

@@ -12,6 +12,31 @@
 //! clock is not behind the old one's by more than the time the restart or failover took** (seconds in
 //! practice; keep server clocks NTP-synchronised and never step them back).
 //!
+//! # Example: do a job under a lease, stop when it is lost
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::{Error, LeaseClient, LeaseOptions};
+//!
+//! # async fn job(_fence: leasehold::Fence) {}
+//! # async fn example() -> leasehold::Result<()> {
+//! let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+//! let opts = LeaseOptions::builder().ttl(Duration::from_secs(10)).build()?;
+//! let lease = match client.acquire("nightly-import", &opts, Duration::from_secs(30)).await {
+//!     Ok(lease) => lease,
+//!     Err(e @ Error::WaitTimeout { .. }) => return Err(e), // someone else is doing it
+//!     Err(e) => return Err(e),
+//! };
+//! let lost = lease.lost();
+//! tokio::select! {
+//!     // Present the fence to the resource so that it refuses this writer once superseded.
+//!     _ = job(lease.fence()) => lease.release().await?,
+//!     reason = lost.fired() => eprintln!("stopped: lease lost ({reason})"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Layout: [`options`] (validated per-lease settings), [`client`] (connection, acquire, waiting,
 //! inspect), [`guard`] (the held [`Lease`] and its [`LostSignal`]), [`metrics`] (metric names),
 //! `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, each behind one typed

@@ -32,8 +32,15 @@ pub(crate) struct S3Report {
     /// CPU the redis-server used meanwhile, as a share of one core.
     pub(crate) redis_cpu_share: f64,
     pub(crate) rss_before_bytes: u64,
+    /// Resident memory right after acquiring every lease.
     pub(crate) rss_held_bytes: u64,
+    /// Resident memory at the end of the window, after several renewal rounds (their buffers
+    /// included): the figure `bytes_per_lease` is computed from.
+    pub(crate) rss_end_bytes: u64,
+    /// (resident memory at the end − before acquiring) ÷ leases.
     pub(crate) bytes_per_lease: f64,
+    /// The same, right after acquiring, before any renewal ran.
+    pub(crate) bytes_per_lease_at_acquire: f64,
     /// Leases whose lost signal fired during the hold (must be 0).
     pub(crate) lost: u64,
     pub(crate) target_met: bool,
@@ -51,6 +58,7 @@ pub(crate) struct HeldLine {
 /// What the S3 worker says at `stop`.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct StopLine {
+    pub(crate) rss_end_bytes: u64,
     pub(crate) cpu_s: f64,
     pub(crate) wall_s: f64,
     pub(crate) round_trips: u64,
@@ -115,8 +123,8 @@ pub(crate) async fn run(
 
     let commands = stats1.since(&stats0);
     let total: u64 = commands.values().sum();
-    let bytes_per_lease =
-        held.rss_held_bytes.saturating_sub(held.rss_before_bytes) as f64 / leases.max(1) as f64;
+    let per_lease = |rss: u64| rss.saturating_sub(held.rss_before_bytes) as f64 / leases as f64;
+    let bytes_per_lease = per_lease(stop.rss_end_bytes);
     Ok(S3Report {
         leases,
         ttl_ms: lease_opts.ttl().as_millis() as u64,
@@ -130,7 +138,9 @@ pub(crate) async fn run(
         redis_cpu_share: round3(cpu0.zip(cpu1).map(|(a, b)| b - a).unwrap_or(0.0) / wall),
         rss_before_bytes: held.rss_before_bytes,
         rss_held_bytes: held.rss_held_bytes,
+        rss_end_bytes: stop.rss_end_bytes,
         bytes_per_lease: round3(bytes_per_lease),
+        bytes_per_lease_at_acquire: round3(per_lease(held.rss_held_bytes)),
         lost: stop.lost,
         target_met: bytes_per_lease <= 1024.0 && stop.lost == 0,
     })
@@ -154,19 +164,20 @@ pub(crate) async fn worker(
         .await?;
     let rss_before_bytes = own_rss_bytes()?;
     let t = Instant::now();
-    let results: Vec<leasehold::Result<leasehold::Lease>> = futures::stream::iter(0..leases)
+    // Straight into one pre-sized Vec: the harness should add no more than a pointer-sized slot per
+    // lease to what is measured.
+    let mut held = Vec::with_capacity(leases as usize);
+    let mut acquiring = futures::stream::iter(0..leases)
         .map(|i| {
             let client = client.clone();
             let opts = lease_opts.clone();
             async move { client.try_acquire(&format!("s3-{i}"), &opts).await }
         })
-        .buffer_unordered(256)
-        .collect()
-        .await;
-    let mut held = Vec::with_capacity(results.len());
-    for r in results {
+        .buffer_unordered(256);
+    while let Some(r) = acquiring.next().await {
         held.push(r.context("S3: acquiring a free lease")?);
     }
+    drop(acquiring);
     let acquire_all_s = t.elapsed().as_secs_f64();
     // Let allocations made while acquiring settle into what holding costs.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -186,6 +197,7 @@ pub(crate) async fn worker(
     let (cpu0, rt0, t0) = (own_cpu_seconds(), client.round_trips(), Instant::now());
     expect_line(&mut lines, "stop").await?;
     let stop = StopLine {
+        rss_end_bytes: own_rss_bytes()?,
         cpu_s: own_cpu_seconds() - cpu0,
         wall_s: t0.elapsed().as_secs_f64(),
         round_trips: client.round_trips() - rt0,

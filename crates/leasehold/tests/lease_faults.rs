@@ -566,3 +566,26 @@ async fn tls_through_a_rediss_url_with_a_private_root_certificate() {
         "{garbage:?}"
     );
 }
+
+#[tokio::test]
+async fn a_waiter_rides_out_a_redis_restart_within_its_bound() {
+    let mut srv = server();
+    let holder = client(&srv).await;
+    let waiter = client(&srv).await;
+    let _a = holder
+        .try_acquire("through-restart", &opts(20_000))
+        .await
+        .unwrap();
+    let w = tokio::spawn(async move {
+        waiter
+            .acquire("through-restart", &opts(5_000), ms(6_000))
+            .await
+    });
+    tokio::time::sleep(ms(300)).await; // the waiter is blocked on the wake list
+    srv.restart().unwrap(); // the lock is gone with the data; the waiter's connection drops
+    let l = w
+        .await
+        .unwrap()
+        .expect("the waiter gets the lease after the restart");
+    assert!(l.fence().get() > 0);
+}

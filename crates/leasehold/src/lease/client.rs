@@ -163,6 +163,11 @@ fn timeout_error(what: &'static str) -> redis::RedisError {
     ))
 }
 
+/// A Redis failure that a later attempt may not meet (connection dropped, refused, timed out).
+fn is_transient(e: &Error) -> bool {
+    matches!(e, Error::Redis { .. }) && e.is_retryable()
+}
+
 /// 128 random bits from the thread's CSPRNG, as 32 hex digits.
 fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
@@ -198,7 +203,9 @@ impl LeaseClientBuilder {
 
     /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
     /// A malformed URL is [`crate::Error::Invalid`]; an unreachable server is
-    /// [`crate::Error::Redis`] with [`crate::Phase::Connect`].
+    /// [`crate::Error::Redis`] with [`crate::Phase::Connect`], as are missing or wrong credentials
+    /// (the server is asked `PING` once). Call it inside a Tokio runtime: it spawns the client's one
+    /// watchdog task, which lives as long as the client or any of its leases.
     pub async fn connect(self) -> Result<LeaseClient> {
         validate_prefix(&self.key_prefix)?;
         for (what, d) in [
@@ -471,7 +478,10 @@ impl LeaseClient {
         .await
         .map_err(|_| timeout_error("acquire and WAIT"))
         .and_then(|r| r)
-        .map_err(Error::redis(Phase::Acquire))?;
+        .map_err(|e| {
+            self.inner.blocking.clear();
+            Error::redis(Phase::Acquire)(e)
+        })?;
         self.inner.blocking.put(con);
         let fence = match reply {
             AcquireReply::Busy { pttl_ms } => {
@@ -559,6 +569,9 @@ impl LeaseClient {
     /// during an attempt is as for [`try_acquire`](Self::try_acquire). One gap: a contender cancelled
     /// right after it popped a wake-up consumes it, and other waiters then notice the free lock only
     /// when their block times out (at most the previous holder's remaining TTL plus jitter).
+    ///
+    /// Transient Redis failures while waiting (a dropped connection, a restart) are retried within the
+    /// bound after a short jittered pause; the last such error is returned if the bound passes.
     #[tracing::instrument(level = "debug", skip(self, opts), fields(lease = name, max_wait_ms = max_wait.as_millis() as u64))]
     pub async fn acquire(
         &self,
@@ -601,15 +614,20 @@ impl LeaseClient {
             .map(Some);
         loop {
             if holder_remaining.is_none() {
-                match self.attempt(name, keys, opts).await? {
-                    Attempt::Taken(lease) => {
+                match self.attempt(name, keys, opts).await {
+                    Ok(Attempt::Taken(lease)) => {
                         head.held_here_until = Some(Instant::now() + opts.ttl);
                         return Ok(lease);
                     }
-                    Attempt::Busy(remaining) => {
+                    Ok(Attempt::Busy(remaining)) => {
                         metrics::contention();
                         holder_remaining = Some(remaining);
                     }
+                    Err(e) if is_transient(&e) => {
+                        self.back_off(end, e).await?;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             let left = end.saturating_duration_since(Instant::now());
@@ -618,9 +636,26 @@ impl LeaseClient {
             }
             let block = waiters::block_for(holder_remaining.take().flatten(), left);
             if block >= Duration::from_millis(1) {
-                self.wait_for_wake(&keys.wake, block).await?;
+                match self.wait_for_wake(&keys.wake, block).await {
+                    Ok(()) => {}
+                    Err(e) if is_transient(&e) => self.back_off(end, e).await?,
+                    Err(e) => return Err(e),
+                }
             }
         }
+    }
+
+    /// A Redis blip while waiting (a dropped connection, a restart) is retried within the wait bound
+    /// after a jittered pause (50-150 ms); `last` is returned when no time is left.
+    async fn back_off(&self, end: Instant, last: Error) -> Result<()> {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(last);
+        }
+        tracing::debug!(error = %last, "redis failed while waiting; retrying within the bound");
+        let pause = Duration::from_millis(rand::random_range(50..=150));
+        tokio::time::sleep(pause.min(left)).await;
+        Ok(())
     }
 
     /// Blocks on the wake list for up to `block` on a dedicated connection. Returns when woken or
@@ -643,7 +678,10 @@ impl LeaseClient {
         .await
         .map_err(|_| timeout_error("BLPOP"))
         .and_then(|r| r)
-        .map_err(Error::redis(Phase::Wait))?;
+        .map_err(|e| {
+            self.inner.blocking.clear();
+            Error::redis(Phase::Wait)(e)
+        })?;
         self.inner.blocking.put(con);
         tracing::trace!(woken = reply.is_some(), "wake list");
         Ok(())

@@ -106,6 +106,12 @@ impl BlockingPool {
         })
     }
 
+    /// Drops every idle connection: after one failed, the others (opened to the same server,
+    /// perhaps before it restarted) are suspect too.
+    pub(crate) fn clear(&self) {
+        self.idle.lock().expect("pool lock").clear();
+    }
+
     /// Returns a connection whose last command completed normally.
     pub(crate) fn put(&self, con: Counted<MultiplexedConnection>) {
         let mut idle = self.idle.lock().expect("pool lock");

@@ -228,6 +228,23 @@ impl Machine {
     }
 }
 
+/// Clients connected to Redis now (`INFO clients`), not counting `con` itself.
+pub(crate) async fn connected_clients(
+    con: &mut redis::aio::MultiplexedConnection,
+) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(con)
+        .await
+        .context("reading INFO clients")?;
+    let n = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .context("INFO clients has no connected_clients")?;
+    Ok(n.saturating_sub(1))
+}
+
 /// Median round trip of `PING` on `con`, in microseconds, over `n` sequential requests.
 pub(crate) async fn ping_rtt_us(
     con: &mut redis::aio::MultiplexedConnection,

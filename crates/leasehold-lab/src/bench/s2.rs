@@ -12,7 +12,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 use super::baseline::BaselineLock;
 use super::contend::{analyze, contend, ContenderRecord, Locker};
-use super::measure::{mono_ns, ping_rtt_us, process_cpu_seconds, round3, CommandStats};
+use super::measure::{
+    connected_clients, mono_ns, ping_rtt_us, process_cpu_seconds, round3, CommandStats,
+};
 
 /// Where the contenders run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -75,6 +77,8 @@ pub(crate) struct S2Row {
     pub(crate) errors: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) first_error: Option<String>,
+    /// Connections the contenders had open to Redis at the end of the run.
+    pub(crate) redis_connections: u64,
     /// CPU the redis-server used during the run, as a share of one core.
     pub(crate) redis_cpu_share: f64,
     pub(crate) targets_met: S2Targets,
@@ -116,50 +120,53 @@ pub(crate) async fn run(
     let mut probe = client.get_multiplexed_async_connection().await?;
     let rtt_us = ping_rtt_us(&mut probe, cfg.rtt_samples).await?;
 
-    let (records, round_trips, (start, end), commands, redis_cpu) = match cfg.mode {
-        Mode::Tasks => {
-            let locker = match cfg.lock {
-                LockKind::Leasehold => Locker::Leasehold {
-                    client: leasehold::LeaseClient::connect(url)
-                        .await
-                        .context("connecting leasehold for S2")?,
-                    opts: lease_opts.clone(),
-                },
-                LockKind::BaselinePoll => {
-                    Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?)
+    let (records, round_trips, (start, end), commands, redis_cpu, redis_connections) =
+        match cfg.mode {
+            Mode::Tasks => {
+                let locker = match cfg.lock {
+                    LockKind::Leasehold => Locker::Leasehold {
+                        client: leasehold::LeaseClient::connect(url)
+                            .await
+                            .context("connecting leasehold for S2")?,
+                        opts: lease_opts.clone(),
+                    },
+                    LockKind::BaselinePoll => {
+                        Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?)
+                    }
+                };
+                let stats0 = CommandStats::read(&mut probe).await?;
+                let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
+                let rt0 = locker.round_trips();
+                let start = mono_ns();
+                let end = start + cfg.duration.as_nanos() as u64;
+                let tasks: Vec<_> = (0..cfg.contenders)
+                    .map(|i| tokio::spawn(contend(locker.clone(), name.clone(), i, cfg.hold, end)))
+                    .collect();
+                let mut records = Vec::with_capacity(tasks.len());
+                for t in tasks {
+                    records.push(t.await.context("an S2 contender task panicked")?);
                 }
-            };
-            let stats0 = CommandStats::read(&mut probe).await?;
-            let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
-            let rt0 = locker.round_trips();
-            let start = mono_ns();
-            let end = start + cfg.duration.as_nanos() as u64;
-            let tasks: Vec<_> = (0..cfg.contenders)
-                .map(|i| tokio::spawn(contend(locker.clone(), name.clone(), i, cfg.hold, end)))
-                .collect();
-            let mut records = Vec::with_capacity(tasks.len());
-            for t in tasks {
-                records.push(t.await.context("an S2 contender task panicked")?);
+                let round_trips = locker.round_trips() - rt0;
+                let connections = connected_clients(&mut probe).await?;
+                let stats1 = CommandStats::read(&mut probe).await?;
+                let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
+                let cpu = cpu0.zip(cpu1).map(|(a, b)| b - a);
+                (
+                    records,
+                    round_trips,
+                    (start, end),
+                    stats1.since(&stats0),
+                    cpu,
+                    connections,
+                )
             }
-            let round_trips = locker.round_trips() - rt0;
-            let stats1 = CommandStats::read(&mut probe).await?;
-            let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
-            let cpu = cpu0.zip(cpu1).map(|(a, b)| b - a);
-            (
-                records,
-                round_trips,
-                (start, end),
-                stats1.since(&stats0),
-                cpu,
-            )
-        }
-        Mode::Processes => {
-            run_processes(
-                cfg, url, &name, worker_exe, lease_opts, &mut probe, redis_pid,
-            )
-            .await?
-        }
-    };
+            Mode::Processes => {
+                run_processes(
+                    cfg, url, &name, worker_exe, lease_opts, &mut probe, redis_pid,
+                )
+                .await?
+            }
+        };
 
     let a = analyze(&records);
     // The window: from the start signal to the end, or to the last release if a hold ran past it.
@@ -204,6 +211,7 @@ pub(crate) async fn run(
         lost: a.lost,
         errors: a.errors,
         first_error: a.first_error,
+        redis_connections,
         redis_cpu_share: round3(redis_cpu.unwrap_or(0.0) / seconds),
         targets_met: S2Targets {
             cross_handoff_p99_under_2ms: a.cross_handoffs.len() > 0
@@ -222,6 +230,7 @@ type RunOutput = (
     (u64, u64),
     BTreeMap<String, u64>,
     Option<f64>,
+    u64,
 );
 
 /// Spawns one `__bench-worker s2` per contender, waits for all to be connected, starts them together
@@ -296,6 +305,11 @@ async fn run_processes(
     }
     let stats1 = CommandStats::read(probe).await?;
     let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
+    // The workers have reported but not exited: their connections are all still open.
+    let connections = connected_clients(probe).await?;
+    for (stdin, _) in pipes {
+        drop(stdin);
+    }
     for mut child in children {
         let _ = child.wait().await;
     }
@@ -305,6 +319,7 @@ async fn run_processes(
         (start, end),
         stats1.since(&stats0),
         cpu0.zip(cpu1).map(|(a, b)| b - a),
+        connections,
     ))
 }
 
@@ -358,5 +373,7 @@ pub(crate) async fn worker(
     line.push('\n');
     stdout.write_all(line.as_bytes()).await?;
     stdout.flush().await?;
+    // Stay connected until the bench closes stdin, so that it can count the connections.
+    while lines.next_line().await?.is_some() {}
     Ok(())
 }

@@ -184,7 +184,8 @@ impl BenchArgs {
         }
         Ok(Plan {
             measure,
-            s1_slices: if self.quick { 3 } else { 10 },
+            // 50 ms slices: bursts of machine noise last longer than that, so both locks see them.
+            s1_slices: ((measure.as_millis() / 50) as u32).max(2),
             rtt_samples: if self.quick { 300 } else { 2000 },
             s3_hold: if self.quick {
                 Duration::from_millis(3500)

@@ -117,8 +117,6 @@ async fn measure(db: &Database, each: Duration) -> anyhow::Result<S4Side> {
     .await?;
     tx.commit().await?;
 
-    let slices = 6u32;
-    let slice = each / slices;
     let (mut plain, mut fenced) = (Latencies::default(), Latencies::default());
     let (mut plain_time, mut fenced_time) = (Duration::ZERO, Duration::ZERO);
     // Warm both paths (statement caches, the fence row) outside the measurement.
@@ -126,28 +124,29 @@ async fn measure(db: &Database, each: Duration) -> anyhow::Result<S4Side> {
         one_tx(db, None).await?;
         one_tx(db, Some(Fence::new(1 + i))).await?;
     }
-    for i in 0..slices {
-        // A new holder per slice: a higher fence, accepted; within a slice the holder writes repeatedly
-        // with its own fence, as a real holder does.
-        let fence = Fence::new(1_000 + u64::from(i));
+    // Alternate transaction by transaction: commit latency on a shared disk comes in bursts longer
+    // than any slice, and only fine interleaving lets both sides see the same bursts. Every 200
+    // transactions a new holder takes over with a higher fence; in between, the holder writes
+    // repeatedly with its own fence, as a real holder does.
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < each * 2 {
+        let fence = Fence::new(1_000 + i / 200);
         for which in [i % 2, (i + 1) % 2] {
-            let start = Instant::now();
-            while start.elapsed() < slice {
-                let t = Instant::now();
-                if which == 0 {
-                    one_tx(db, None).await?;
-                    plain.record(t.elapsed());
-                } else {
-                    one_tx(db, Some(fence)).await?;
-                    fenced.record(t.elapsed());
-                }
-            }
+            let t = Instant::now();
             if which == 0 {
-                plain_time += start.elapsed();
+                one_tx(db, None).await?;
+                let d = t.elapsed();
+                plain.record(d);
+                plain_time += d;
             } else {
-                fenced_time += start.elapsed();
+                one_tx(db, Some(fence)).await?;
+                let d = t.elapsed();
+                fenced.record(d);
+                fenced_time += d;
             }
         }
+        i += 1;
     }
     let plain_rate = plain.len() as f64 / plain_time.as_secs_f64();
     let fenced_rate = fenced.len() as f64 / fenced_time.as_secs_f64();

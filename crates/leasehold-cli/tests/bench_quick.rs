@@ -1,0 +1,111 @@
+//! `leasehold bench --quick --json` end to end: a private redis-server, worker processes, PostgreSQL and
+//! SQLite. Checks that every figure is there and sane and that no two holders ever overlapped; it does
+//! not assert performance targets (those are measured, and reported in docs/benchmarks.md).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn number(v: &Value, path: &str) -> f64 {
+    let mut cur = v;
+    for part in path.split('.') {
+        cur = &cur[part];
+    }
+    cur.as_f64()
+        .unwrap_or_else(|| panic!("`{path}` is not a number: {cur}"))
+}
+
+#[test]
+fn quick_json_has_every_figure_and_no_overlapping_holds() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["bench", "--quick", "--json"])
+        .output()
+        .expect("run leasehold bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench failed ({}):\n{stderr}\n{stdout}",
+        out.status
+    );
+    let r: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}):\n{stdout}"));
+    assert_eq!(r["failures"].as_object().map(|m| m.len()), Some(0), "{r}");
+
+    // S1: both locks ran, and the ratio is their quotient.
+    let lh = number(&r, "s1.leasehold_cycles_per_s");
+    let base = number(&r, "s1.baseline_cycles_per_s");
+    let ratio = number(&r, "s1.ratio");
+    assert!(lh > 0.0 && base > 0.0, "{}", r["s1"]);
+    assert!(
+        (ratio - lh / base).abs() < 0.01,
+        "ratio {ratio} is not {lh} / {base}"
+    );
+    assert!(number(&r, "s1.leasehold_p50_us") <= number(&r, "s1.leasehold_p99_us"));
+    assert!(number(&r, "s1.baseline_p50_us") <= number(&r, "s1.baseline_p99_us"));
+
+    // S2: 16 and 128 contenders, as tasks and as processes.
+    let rows = r["s2"].as_array().expect("s2 is an array");
+    let mut seen: Vec<(u64, String)> = rows
+        .iter()
+        .filter(|row| row["lock"] == "leasehold")
+        .map(|row| {
+            (
+                row["contenders"].as_u64().unwrap(),
+                row["mode"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            (16, "processes".to_owned()),
+            (16, "tasks".to_owned()),
+            (128, "processes".to_owned()),
+            (128, "tasks".to_owned())
+        ]
+    );
+    for row in rows {
+        let acq = row["acquisitions"].as_u64().unwrap();
+        assert!(acq > 0, "no acquisitions: {row}");
+        assert!(number(row, "acquisitions_per_s") > 0.0, "{row}");
+        assert!(
+            number(row, "handoff_p50_us") <= number(row, "handoff_p99_us"),
+            "{row}"
+        );
+        assert!(number(row, "cross_handoff_p99_us") >= 0.0, "{row}");
+        let share = number(row, "cross_share");
+        assert!((0.0..=1.0).contains(&share), "{row}");
+        // An acquisition and its release are at least two requests and two Redis commands.
+        assert!(number(row, "round_trips_per_acquisition") >= 2.0, "{row}");
+        assert!(number(row, "commands_per_acquisition") >= 2.0, "{row}");
+        assert_eq!(
+            row["overlaps"].as_u64(),
+            Some(0),
+            "two holders at once: {row}"
+        );
+        assert_eq!(row["fence_regressions"].as_u64(), Some(0), "{row}");
+        assert_eq!(row["errors"].as_u64(), Some(0), "{row}");
+    }
+
+    // S3: 10,000 leases held; memory per lease measured.
+    assert_eq!(r["s3"]["leases"].as_u64(), Some(10_000));
+    let bytes = number(&r, "s3.bytes_per_lease");
+    assert!(bytes.is_finite() && bytes >= 0.0, "{}", r["s3"]);
+    assert!(
+        number(&r, "s3.renewal_commands_per_s") > 0.0,
+        "renewal never ran: {}",
+        r["s3"]
+    );
+
+    // S4: SQLite always; PostgreSQL unless unreachable, and then with a note saying so.
+    assert!(number(&r, "s4.sqlite_ratio") > 0.0, "{}", r["s4"]);
+    match r["s4"]["postgres_ratio"].as_f64() {
+        Some(v) => assert!(v > 0.0, "{}", r["s4"]),
+        None => assert!(
+            r["notes"].to_string().contains("PostgreSQL"),
+            "PostgreSQL skipped without a note: {r}"
+        ),
+    }
+}

@@ -1,0 +1,258 @@
+//! The contender loop shared by S2's tasks and S2's worker processes, and the analysis of the holds
+//! they record: handoff gaps, cross-contender share, overlapping holds.
+
+use std::time::Duration;
+
+use leasehold::{LeaseClient, LeaseOptions};
+
+use super::baseline::BaselineLock;
+use super::measure::{mono_ns, Latencies};
+
+/// Which lock a contender uses.
+#[derive(Debug, Clone)]
+pub(crate) enum Locker {
+    /// leasehold's lease: waits are woken by releases.
+    Leasehold {
+        client: LeaseClient,
+        opts: LeaseOptions,
+    },
+    /// The baseline lock, polling with jittered pauses.
+    Baseline(BaselineLock),
+}
+
+impl Locker {
+    pub(crate) fn round_trips(&self) -> u64 {
+        match self {
+            Locker::Leasehold { client, .. } => client.round_trips(),
+            Locker::Baseline(b) => b.round_trips(),
+        }
+    }
+}
+
+/// One hold as the holder saw it, on the machine-wide clock: from the acquire's reply to just before
+/// the release was sent. The lock was held in Redis at least over this interval, so two recorded
+/// holds that overlap are two real holders at once.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Hold {
+    /// Which contender held it.
+    pub(crate) contender: u32,
+    /// `CLOCK_MONOTONIC` ns when the acquire returned.
+    pub(crate) acquired_ns: u64,
+    /// `CLOCK_MONOTONIC` ns just before the release was sent.
+    pub(crate) released_ns: u64,
+    /// The fence the lease carried (0 for the baseline, which has none).
+    pub(crate) fence: u64,
+}
+
+/// What one contender reports at the end.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ContenderRecord {
+    /// Its holds, in order.
+    pub(crate) holds: Vec<Hold>,
+    /// Errors other than the final wait timeout (the first message is kept).
+    pub(crate) errors: u64,
+    /// The first error, for the report.
+    pub(crate) first_error: Option<String>,
+    /// Releases that found the lease already lost.
+    pub(crate) lost: u64,
+}
+
+impl ContenderRecord {
+    fn error(&mut self, e: impl std::fmt::Display) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e.to_string());
+        }
+    }
+}
+
+/// Takes `name` over and over until `end_ns`, holding it for `hold` each time (a blocking sleep on a
+/// blocking-pool thread: tokio's timer rounds up to whole milliseconds, which would double a 1 ms
+/// hold).
+pub(crate) async fn contend(
+    locker: Locker,
+    name: String,
+    contender: u32,
+    hold: Duration,
+    end_ns: u64,
+) -> ContenderRecord {
+    let mut rec = ContenderRecord::default();
+    // Stop after a run of consecutive errors: a broken connection would otherwise spin.
+    let mut consecutive_errors = 0;
+    loop {
+        let now = mono_ns();
+        if now >= end_ns || consecutive_errors >= 20 {
+            break;
+        }
+        let max_wait = Duration::from_nanos(end_ns - now);
+        match &locker {
+            Locker::Leasehold { client, opts } => {
+                match client.acquire(&name, opts, max_wait).await {
+                    Ok(lease) => {
+                        let acquired_ns = mono_ns();
+                        let fence = lease.fence().get();
+                        sleep_blocking(hold).await;
+                        let released_ns = mono_ns();
+                        rec.holds.push(Hold {
+                            contender,
+                            acquired_ns,
+                            released_ns,
+                            fence,
+                        });
+                        match lease.release().await {
+                            Ok(()) => consecutive_errors = 0,
+                            Err(leasehold::Error::LeaseLost { .. }) => rec.lost += 1,
+                            Err(e) => {
+                                consecutive_errors += 1;
+                                rec.error(format!("release: {e}"));
+                            }
+                        }
+                    }
+                    Err(leasehold::Error::WaitTimeout { .. } | leasehold::Error::Busy { .. }) => {
+                        break
+                    }
+                    Err(e) => {
+                        consecutive_errors += 1;
+                        rec.error(format!("acquire: {e}"));
+                    }
+                }
+            }
+            Locker::Baseline(lock) => {
+                let key = format!("bench-baseline:{name}");
+                match lock.acquire_polling(&key, end_ns).await {
+                    Ok(Some(held)) => {
+                        let acquired_ns = mono_ns();
+                        sleep_blocking(hold).await;
+                        let released_ns = mono_ns();
+                        rec.holds.push(Hold {
+                            contender,
+                            acquired_ns,
+                            released_ns,
+                            fence: 0,
+                        });
+                        match lock.release(held).await {
+                            Ok(true) => consecutive_errors = 0,
+                            Ok(false) => rec.lost += 1,
+                            Err(e) => {
+                                consecutive_errors += 1;
+                                rec.error(format!("release: {e:#}"));
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        consecutive_errors += 1;
+                        rec.error(format!("acquire: {e:#}"));
+                    }
+                }
+            }
+        }
+    }
+    rec
+}
+
+async fn sleep_blocking(d: Duration) {
+    // A failed join only means the runtime is shutting down; the hold is over either way.
+    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(d)).await;
+}
+
+/// What the recorded holds of all contenders say.
+#[derive(Debug, Default)]
+pub(crate) struct HoldAnalysis {
+    pub(crate) acquisitions: u64,
+    /// Release by one holder → acquire by the next holder, whoever it is.
+    pub(crate) handoffs: Latencies,
+    /// The same, only where the next holder is a different contender.
+    pub(crate) cross_handoffs: Latencies,
+    /// Holds that began before an earlier-begun hold had ended.
+    pub(crate) overlaps: u64,
+    /// Holds whose fence was not above the fence of the hold before them.
+    pub(crate) fence_regressions: u64,
+    /// How long holders actually held (their sleep overshoots the nominal hold).
+    pub(crate) hold_times: Latencies,
+    pub(crate) errors: u64,
+    pub(crate) lost: u64,
+    pub(crate) first_error: Option<String>,
+}
+
+pub(crate) fn analyze(records: &[ContenderRecord]) -> HoldAnalysis {
+    let mut a = HoldAnalysis::default();
+    let mut holds: Vec<Hold> = Vec::new();
+    for r in records {
+        holds.extend_from_slice(&r.holds);
+        a.errors += r.errors;
+        a.lost += r.lost;
+        if a.first_error.is_none() {
+            a.first_error.clone_from(&r.first_error);
+        }
+    }
+    holds.sort_by_key(|h| (h.acquired_ns, h.released_ns));
+    a.acquisitions = holds.len() as u64;
+    let mut latest_release = 0u64;
+    for (i, h) in holds.iter().enumerate() {
+        a.hold_times
+            .record_ns(h.released_ns.saturating_sub(h.acquired_ns));
+        if i > 0 && h.acquired_ns < latest_release {
+            a.overlaps += 1;
+        }
+        latest_release = latest_release.max(h.released_ns);
+        if let Some(prev) = i.checked_sub(1).map(|j| holds[j]) {
+            if h.fence != 0 && h.fence <= prev.fence {
+                a.fence_regressions += 1;
+            }
+            let gap = h.acquired_ns.saturating_sub(prev.released_ns);
+            a.handoffs.record_ns(gap);
+            if h.contender != prev.contender {
+                a.cross_handoffs.record_ns(gap);
+            }
+        }
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(contender: u32, a: u64, r: u64, fence: u64) -> Hold {
+        Hold {
+            contender,
+            acquired_ns: a,
+            released_ns: r,
+            fence,
+        }
+    }
+
+    #[test]
+    fn overlapping_holds_and_cross_handoffs_are_counted() {
+        let records = vec![
+            ContenderRecord {
+                holds: vec![hold(1, 0, 1_000, 1), hold(1, 1_500, 2_500, 2)],
+                ..Default::default()
+            },
+            ContenderRecord {
+                // Starts while contender 1's second hold still runs: an overlap.
+                holds: vec![hold(2, 2_000, 3_000, 3), hold(2, 5_000, 6_000, 3)],
+                ..Default::default()
+            },
+        ];
+        let a = analyze(&records);
+        assert_eq!(a.acquisitions, 4);
+        assert_eq!(a.overlaps, 1);
+        assert_eq!(a.fence_regressions, 1);
+        assert_eq!(a.handoffs.len(), 3);
+        assert_eq!(a.cross_handoffs.len(), 1);
+    }
+
+    #[test]
+    fn disjoint_holds_have_no_overlap() {
+        let records = vec![ContenderRecord {
+            holds: vec![hold(1, 0, 10, 1), hold(2, 10, 20, 2), hold(1, 25, 30, 3)],
+            ..Default::default()
+        }];
+        let a = analyze(&records);
+        assert_eq!(a.overlaps, 0);
+        assert_eq!(a.fence_regressions, 0);
+        assert_eq!(a.cross_handoffs.len(), 2);
+    }
+}

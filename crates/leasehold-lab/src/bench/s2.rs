@@ -1,0 +1,379 @@
+//! S2, contended: N contenders on one name, each holding it for 1 ms, as tasks of one process or as
+//! separate processes; throughput against the ideal of 1 / (hold + one round trip), handoff gaps, round
+//! trips and Redis commands per acquisition, overlapping holds.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+use super::baseline::BaselineLock;
+use super::contend::{analyze, contend, ContenderRecord, Locker};
+use super::measure::{
+    connected_clients, mono_ns, ping_rtt_us, process_cpu_seconds, round3, CommandStats,
+};
+
+/// Where the contenders run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Mode {
+    /// Tasks of this process sharing one client (clones of one `LeaseClient`).
+    Tasks,
+    /// One process per contender, each with its own client.
+    Processes,
+}
+
+/// Which lock the contenders use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum LockKind {
+    /// leasehold's lease.
+    Leasehold,
+    /// The baseline `SET NX PX` lock, polling every 0.5–1.5 ms while busy.
+    BaselinePoll,
+}
+
+/// One S2 configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct S2Config {
+    pub(crate) lock: LockKind,
+    pub(crate) mode: Mode,
+    pub(crate) contenders: u32,
+    pub(crate) hold: Duration,
+    pub(crate) duration: Duration,
+    pub(crate) rtt_samples: usize,
+}
+
+/// The figures of one S2 configuration.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct S2Row {
+    pub(crate) lock: LockKind,
+    pub(crate) mode: Mode,
+    pub(crate) contenders: u32,
+    pub(crate) hold_us: f64,
+    pub(crate) seconds: f64,
+    pub(crate) acquisitions: u64,
+    pub(crate) acquisitions_per_s: f64,
+    /// 1 / (measured mean hold + PING round trip measured just before the run).
+    pub(crate) ideal_acquisitions_per_s: f64,
+    pub(crate) throughput_vs_ideal: f64,
+    pub(crate) rtt_us: f64,
+    pub(crate) mean_hold_us: f64,
+    pub(crate) handoff_p50_us: f64,
+    pub(crate) handoff_p99_us: f64,
+    pub(crate) cross_handoff_p50_us: f64,
+    pub(crate) cross_handoff_p99_us: f64,
+    pub(crate) cross_share: f64,
+    pub(crate) round_trips_per_acquisition: f64,
+    pub(crate) commands_per_acquisition: f64,
+    /// Redis command calls during the run by command (script internals included).
+    pub(crate) commands: BTreeMap<String, u64>,
+    pub(crate) overlaps: u64,
+    pub(crate) fence_regressions: u64,
+    pub(crate) lost: u64,
+    pub(crate) errors: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) first_error: Option<String>,
+    /// Connections the contenders had open to Redis at the end of the run.
+    pub(crate) redis_connections: u64,
+    /// CPU the redis-server used during the run, as a share of one core.
+    pub(crate) redis_cpu_share: f64,
+    pub(crate) targets_met: S2Targets,
+}
+
+/// Issue targets for S2, evaluated on this run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct S2Targets {
+    /// Cross-contender handoff p99 under 2 ms.
+    pub(crate) cross_handoff_p99_under_2ms: bool,
+    /// Round trips per acquisition at most 4.
+    pub(crate) round_trips_at_most_4: bool,
+    /// Acquisitions/s at least 0.9 × the ideal.
+    pub(crate) throughput_at_least_0_9_ideal: bool,
+    /// No overlapping holds.
+    pub(crate) no_overlaps: bool,
+}
+
+/// Runs one configuration against the redis-server at `url` (process id `redis_pid`).
+pub(crate) async fn run(
+    cfg: &S2Config,
+    url: &str,
+    redis_pid: Option<u32>,
+    worker_exe: &Path,
+    lease_opts: &leasehold::LeaseOptions,
+) -> anyhow::Result<S2Row> {
+    let name = format!(
+        "s2-{}-{:?}-{}-{}",
+        match cfg.lock {
+            LockKind::Leasehold => "lh",
+            LockKind::BaselinePoll => "base",
+        },
+        cfg.mode,
+        cfg.contenders,
+        mono_ns()
+    )
+    .to_lowercase();
+    let client = redis::Client::open(url)?;
+    let mut probe = client.get_multiplexed_async_connection().await?;
+    let rtt_us = ping_rtt_us(&mut probe, cfg.rtt_samples).await?;
+
+    let (records, round_trips, (start, end), commands, redis_cpu, redis_connections) =
+        match cfg.mode {
+            Mode::Tasks => {
+                let locker = match cfg.lock {
+                    LockKind::Leasehold => Locker::Leasehold {
+                        client: leasehold::LeaseClient::connect(url)
+                            .await
+                            .context("connecting leasehold for S2")?,
+                        opts: lease_opts.clone(),
+                    },
+                    LockKind::BaselinePoll => {
+                        Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?)
+                    }
+                };
+                let stats0 = CommandStats::read(&mut probe).await?;
+                let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
+                let rt0 = locker.round_trips();
+                let start = mono_ns();
+                let end = start + cfg.duration.as_nanos() as u64;
+                let tasks: Vec<_> = (0..cfg.contenders)
+                    .map(|i| tokio::spawn(contend(locker.clone(), name.clone(), i, cfg.hold, end)))
+                    .collect();
+                let mut records = Vec::with_capacity(tasks.len());
+                for t in tasks {
+                    records.push(t.await.context("an S2 contender task panicked")?);
+                }
+                let round_trips = locker.round_trips() - rt0;
+                let connections = connected_clients(&mut probe).await?;
+                let stats1 = CommandStats::read(&mut probe).await?;
+                let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
+                let cpu = cpu0.zip(cpu1).map(|(a, b)| b - a);
+                (
+                    records,
+                    round_trips,
+                    (start, end),
+                    stats1.since(&stats0),
+                    cpu,
+                    connections,
+                )
+            }
+            Mode::Processes => {
+                run_processes(
+                    cfg, url, &name, worker_exe, lease_opts, &mut probe, redis_pid,
+                )
+                .await?
+            }
+        };
+
+    let a = analyze(&records);
+    // The window: from the start signal to the end, or to the last release if a hold ran past it.
+    let last_release = records
+        .iter()
+        .flat_map(|r| r.holds.iter().map(|h| h.released_ns))
+        .max()
+        .unwrap_or(end);
+    let seconds = (last_release.max(end) - start) as f64 / 1e9;
+    let acquisitions = a.acquisitions.max(1) as f64;
+    let total_commands: u64 = commands.values().sum();
+    let mean_hold_us = a.hold_times.mean_us();
+    let ideal = 1e6 / (mean_hold_us + rtt_us);
+    let acquisitions_per_s = a.acquisitions as f64 / seconds;
+    let cross_share = if a.handoffs.len() == 0 {
+        0.0
+    } else {
+        a.cross_handoffs.len() as f64 / a.handoffs.len() as f64
+    };
+    let row = S2Row {
+        lock: cfg.lock,
+        mode: cfg.mode,
+        contenders: cfg.contenders,
+        hold_us: cfg.hold.as_secs_f64() * 1e6,
+        seconds: round3(seconds),
+        acquisitions: a.acquisitions,
+        acquisitions_per_s: round3(acquisitions_per_s),
+        ideal_acquisitions_per_s: round3(ideal),
+        throughput_vs_ideal: round3(acquisitions_per_s / ideal),
+        rtt_us: round3(rtt_us),
+        mean_hold_us: round3(mean_hold_us),
+        handoff_p50_us: round3(a.handoffs.quantile_us(0.5)),
+        handoff_p99_us: round3(a.handoffs.quantile_us(0.99)),
+        cross_handoff_p50_us: round3(a.cross_handoffs.quantile_us(0.5)),
+        cross_handoff_p99_us: round3(a.cross_handoffs.quantile_us(0.99)),
+        cross_share: round3(cross_share),
+        round_trips_per_acquisition: round3(round_trips as f64 / acquisitions),
+        commands_per_acquisition: round3(total_commands as f64 / acquisitions),
+        commands,
+        overlaps: a.overlaps,
+        fence_regressions: a.fence_regressions,
+        lost: a.lost,
+        errors: a.errors,
+        first_error: a.first_error,
+        redis_connections,
+        redis_cpu_share: round3(redis_cpu.unwrap_or(0.0) / seconds),
+        targets_met: S2Targets {
+            cross_handoff_p99_under_2ms: a.cross_handoffs.len() > 0
+                && a.cross_handoffs.quantile_us(0.99) < 2000.0,
+            round_trips_at_most_4: a.acquisitions > 0 && round_trips as f64 / acquisitions <= 4.0,
+            throughput_at_least_0_9_ideal: acquisitions_per_s >= 0.9 * ideal,
+            no_overlaps: a.overlaps == 0,
+        },
+    };
+    Ok(row)
+}
+
+type RunOutput = (
+    Vec<ContenderRecord>,
+    u64,
+    (u64, u64),
+    BTreeMap<String, u64>,
+    Option<f64>,
+    u64,
+);
+
+/// Spawns one `__bench-worker s2` per contender, waits for all to be connected, starts them together
+/// and collects their recorded holds.
+async fn run_processes(
+    cfg: &S2Config,
+    url: &str,
+    name: &str,
+    worker_exe: &Path,
+    lease_opts: &leasehold::LeaseOptions,
+    probe: &mut redis::aio::MultiplexedConnection,
+    redis_pid: Option<u32>,
+) -> anyhow::Result<RunOutput> {
+    let lock = match cfg.lock {
+        LockKind::Leasehold => "leasehold",
+        LockKind::BaselinePoll => "baseline-poll",
+    };
+    let mut children = Vec::with_capacity(cfg.contenders as usize);
+    for i in 0..cfg.contenders {
+        let child = tokio::process::Command::new(worker_exe)
+            .arg("__bench-worker")
+            .arg("s2")
+            .args(["--redis-url", url])
+            .args(["--name", name])
+            .args(["--contender", &i.to_string()])
+            .args(["--hold-us", &cfg.hold.as_micros().to_string()])
+            .args(["--ttl-ms", &lease_opts.ttl().as_millis().to_string()])
+            .args(["--lock", lock])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawning bench worker {}", worker_exe.display()))?;
+        children.push(child);
+    }
+    let mut pipes = Vec::with_capacity(children.len());
+    for child in children.iter_mut() {
+        let stdin = child.stdin.take().context("worker stdin")?;
+        let stdout = BufReader::new(child.stdout.take().context("worker stdout")?).lines();
+        pipes.push((stdin, stdout));
+    }
+    // Every worker connects first, so that connection set-up is outside the measured window.
+    for (i, (_, out)) in pipes.iter_mut().enumerate() {
+        let line = tokio::time::timeout(Duration::from_secs(120), out.next_line())
+            .await
+            .with_context(|| format!("bench worker {i} did not get ready within 120 s"))??;
+        if line.as_deref() != Some("ready") {
+            anyhow::bail!("bench worker {i} failed to start (said {line:?}; its error is above)");
+        }
+    }
+    let stats0 = CommandStats::read(probe).await?;
+    let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
+    let start = mono_ns();
+    let end = start + cfg.duration.as_nanos() as u64;
+    for (stdin, _) in pipes.iter_mut() {
+        stdin.write_all(format!("go {end}\n").as_bytes()).await?;
+        stdin.flush().await?;
+    }
+    let mut records = Vec::with_capacity(pipes.len());
+    let mut round_trips = 0u64;
+    let wait = cfg.duration + Duration::from_secs(60);
+    for (i, (_, out)) in pipes.iter_mut().enumerate() {
+        let line = tokio::time::timeout(wait, out.next_line())
+            .await
+            .with_context(|| format!("bench worker {i} did not report"))??
+            .with_context(|| format!("bench worker {i} exited without a report"))?;
+        let report: WorkerS2Report = serde_json::from_str(&line)
+            .with_context(|| format!("bench worker {i} sent an unreadable report: {line}"))?;
+        round_trips += report.round_trips;
+        records.push(report.record);
+    }
+    let stats1 = CommandStats::read(probe).await?;
+    let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
+    // The workers have reported but not exited: their connections are all still open.
+    let connections = connected_clients(probe).await?;
+    for (stdin, _) in pipes {
+        drop(stdin);
+    }
+    for mut child in children {
+        let _ = child.wait().await;
+    }
+    Ok((
+        records,
+        round_trips,
+        (start, end),
+        stats1.since(&stats0),
+        cpu0.zip(cpu1).map(|(a, b)| b - a),
+        connections,
+    ))
+}
+
+/// What an S2 worker process sends back: one JSON line.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct WorkerS2Report {
+    pub(crate) record: ContenderRecord,
+    /// Round trips its client sent between `go` and the end.
+    pub(crate) round_trips: u64,
+}
+
+/// The worker side of S2: connect, say `ready`, wait for `go <end_ns>`, contend, report.
+pub(crate) async fn worker(
+    url: &str,
+    name: &str,
+    contender: u32,
+    hold: Duration,
+    lock: LockKind,
+    lease_opts: leasehold::LeaseOptions,
+) -> anyhow::Result<()> {
+    let locker = match lock {
+        LockKind::Leasehold => Locker::Leasehold {
+            client: leasehold::LeaseClient::connect(url)
+                .await
+                .context("connecting leasehold")?,
+            opts: lease_opts.clone(),
+        },
+        LockKind::BaselinePoll => {
+            Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?)
+        }
+    };
+    let mut stdout = tokio::io::stdout();
+    stdout.write_all(b"ready\n").await?;
+    stdout.flush().await?;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let go = lines
+        .next_line()
+        .await?
+        .context("the bench closed stdin before `go`")?;
+    let end_ns: u64 = go
+        .strip_prefix("go ")
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("expected `go <end_ns>` on stdin, got {go:?}"))?;
+    let rt0 = locker.round_trips();
+    let record = contend(locker.clone(), name.to_owned(), contender, hold, end_ns).await;
+    let report = WorkerS2Report {
+        record,
+        round_trips: locker.round_trips() - rt0,
+    };
+    let mut line = serde_json::to_string(&report)?;
+    line.push('\n');
+    stdout.write_all(line.as_bytes()).await?;
+    stdout.flush().await?;
+    // Stay connected until the bench closes stdin, so that it can count the connections.
+    while lines.next_line().await?.is_some() {}
+    Ok(())
+}

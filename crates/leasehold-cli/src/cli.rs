@@ -51,7 +51,7 @@ pub(crate) enum Command {
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct RedisArgs {
-    /// Redis URL: redis://[user:password@]host:port[/db], or rediss:// for TLS.
+    /// Redis URL: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS.
     #[arg(
         long = "redis",
         value_name = "URL",

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | [`demo`] | tells the story live, scene by scene: naive locks failing, a paused holder writing stale data, fencing refusing it, database guards needing no lock |
 //! | [`verify`] | Jepsen in miniature: workloads × injected faults × strategies, invariant violations counted from the recorded history |
-//! | [`bench`] | the figures users compare locks on, each against a baseline measured in the same run |
+//! | [`bench`](mod@bench) | the figures users compare locks on, each against a baseline measured in the same run |
 //!
 //! The `leasehold` binary is a thin layer over these.
 #![forbid(unsafe_code)]

@@ -5,7 +5,7 @@
 use sqlx::migrate::Migrator;
 use sqlx::Executor;
 
-use super::{Database, Pool};
+use super::{Conn, Database};
 use crate::{Error, Result};
 
 static POSTGRES: Migrator = sqlx::migrate!("migrations/postgres");
@@ -15,78 +15,51 @@ static SQLITE: Migrator = sqlx::migrate!("migrations/sqlite");
 /// concurrent migrations of different schemas queue too; each is quick.
 const PG_MIGRATION_LOCK: i64 = 0x6c65_6173_6568_6f6c;
 
+/// The table recording applied migrations; the column types are the only difference between backends.
+const PG_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_schema_migrations (
+    version BIGINT PRIMARY KEY, description TEXT NOT NULL, checksum BYTEA NOT NULL)";
+const SQLITE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_schema_migrations (
+    version INTEGER PRIMARY KEY, description TEXT NOT NULL, checksum BLOB NOT NULL)";
+
+/// Applies the pending migrations in one transaction (`BEGIN IMMEDIATE` on SQLite, under an advisory
+/// lock on PostgreSQL), so concurrent callers queue and each migration runs once.
 pub(super) async fn run(db: &Database) -> Result<()> {
-    match &db.pool {
-        Pool::Postgres(pool) => {
-            let mut tx = pool.begin().await?;
+    let mut tx = db.begin().await?;
+    let (migrator, table) = match tx.conn() {
+        Conn::Postgres(c) => {
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
                 .bind(PG_MIGRATION_LOCK)
-                .execute(&mut *tx)
+                .execute(c)
                 .await?;
-            (&mut *tx)
-                .execute(
-                    "CREATE TABLE IF NOT EXISTS leasehold_schema_migrations (
-                    version BIGINT PRIMARY KEY,
-                    description TEXT NOT NULL,
-                    checksum BYTEA NOT NULL
-                )",
-                )
-                .await?;
-            let applied: Vec<(i64, Vec<u8>)> =
-                sqlx::query_as("SELECT version, checksum FROM leasehold_schema_migrations")
-                    .fetch_all(&mut *tx)
-                    .await?;
-            for m in POSTGRES.iter() {
-                if check_applied(&applied, m)? {
-                    continue;
-                }
-                (&mut *tx).execute(&*m.sql).await?;
-                sqlx::query(
-                    "INSERT INTO leasehold_schema_migrations (version, description, checksum) \
-                     VALUES ($1, $2, $3)",
-                )
-                .bind(m.version)
-                .bind(&*m.description)
-                .bind(&*m.checksum)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
+            (&POSTGRES, PG_TABLE)
         }
-        Pool::Sqlite(pool) => {
-            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-            (&mut *tx)
-                .execute(
-                    "CREATE TABLE IF NOT EXISTS leasehold_schema_migrations (
-                    version INTEGER PRIMARY KEY,
-                    description TEXT NOT NULL,
-                    checksum BLOB NOT NULL
-                )",
-                )
-                .await?;
-            let applied: Vec<(i64, Vec<u8>)> =
-                sqlx::query_as("SELECT version, checksum FROM leasehold_schema_migrations")
-                    .fetch_all(&mut *tx)
-                    .await?;
-            for m in SQLITE.iter() {
-                if check_applied(&applied, m)? {
-                    continue;
-                }
-                (&mut *tx).execute(&*m.sql).await?;
-                sqlx::query(
-                    "INSERT INTO leasehold_schema_migrations (version, description, checksum) \
-                     VALUES ($1, $2, $3)",
-                )
-                .bind(m.version)
-                .bind(&*m.description)
-                .bind(&*m.checksum)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
+        Conn::Sqlite(_) => (&SQLITE, SQLITE_TABLE),
+    };
+    crate::with_conn!(tx, |c| c.execute(table).await.map(drop))?;
+    let applied: Vec<(i64, Vec<u8>)> = crate::with_conn!(tx, |c| {
+        sqlx::query_as("SELECT version, checksum FROM leasehold_schema_migrations")
+            .fetch_all(c)
+            .await
+    })?;
+    for m in migrator.iter() {
+        if check_applied(&applied, m)? {
+            continue;
         }
+        crate::with_conn!(tx, |c| c.execute(&*m.sql).await.map(drop))?;
+        crate::with_conn!(tx, |c| {
+            sqlx::query(
+                "INSERT INTO leasehold_schema_migrations (version, description, checksum) \
+                 VALUES ($1, $2, $3)",
+            )
+            .bind(m.version)
+            .bind(&*m.description)
+            .bind(&*m.checksum)
+            .execute(c)
+            .await
+            .map(drop)
+        })?;
     }
-    Ok(())
+    tx.commit().await
 }
 
 /// Whether `m` was applied already; an applied migration whose text changed is refused rather than

@@ -337,7 +337,8 @@ impl LeaseClientBuilder {
 
 /// One acquire attempt's outcome.
 enum Attempt {
-    Taken(Lease),
+    /// Taken; `true` when the waiting marker covers this hold (its release will push a wake-up).
+    Taken(Lease, bool),
     Busy(Option<Duration>),
 }
 
@@ -429,9 +430,17 @@ impl LeaseClient {
     ///
     /// Runs in its own task so that it is cancel safe: if the caller stops waiting, the attempt still
     /// completes, and a lease it took is dropped there, which hands its release to the watchdog.
-    async fn attempt(&self, name: &str, keys: &LeaseKeys, opts: &LeaseOptions) -> Result<Attempt> {
+    ///
+    /// `wait`: how long the caller will block on the wake list if told busy (zero: it will not).
+    async fn attempt(
+        &self,
+        name: &str,
+        keys: &LeaseKeys,
+        opts: &LeaseOptions,
+        wait: Duration,
+    ) -> Result<Attempt> {
         let (this, name, keys, opts) = (self.clone(), name.to_owned(), keys.clone(), opts.clone());
-        tokio::spawn(async move { this.attempt_here(&name, &keys, &opts).await })
+        tokio::spawn(async move { this.attempt_here(&name, &keys, &opts, wait).await })
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
@@ -441,6 +450,7 @@ impl LeaseClient {
         name: &str,
         keys: &LeaseKeys,
         opts: &LeaseOptions,
+        wait: Duration,
     ) -> Result<Attempt> {
         let token = new_token();
         let sent_at = Instant::now();
@@ -449,13 +459,14 @@ impl LeaseClient {
             let reply = self
                 .bounded(
                     Phase::Acquire,
-                    scripts::acquire(&mut con, keys, &token, opts.ttl),
+                    scripts::acquire(&mut con, keys, &token, opts.ttl, wait),
                 )
                 .await?;
             return Ok(match reply {
-                AcquireReply::Taken { fence } => {
-                    Attempt::Taken(self.make_lease(name, keys.clone(), token, fence, opts, sent_at))
-                }
+                AcquireReply::Taken { fence, waiting } => Attempt::Taken(
+                    self.make_lease(name, keys.clone(), token, fence, opts, sent_at),
+                    waiting,
+                ),
                 AcquireReply::Busy { pttl_ms } => {
                     Attempt::Busy(u64::try_from(pttl_ms).ok().map(Duration::from_millis))
                 }
@@ -473,7 +484,15 @@ impl LeaseClient {
         let limit = wait_timeout + self.inner.response_timeout * 2;
         let (reply, acked) = tokio::time::timeout(
             limit,
-            scripts::acquire_and_wait(&mut con, keys, &token, opts.ttl, numreplicas, wait_timeout),
+            scripts::acquire_and_wait(
+                &mut con,
+                keys,
+                &token,
+                opts.ttl,
+                wait,
+                numreplicas,
+                wait_timeout,
+            ),
         )
         .await
         .map_err(|_| timeout_error("acquire and WAIT"))
@@ -483,17 +502,17 @@ impl LeaseClient {
             Error::redis(Phase::Acquire)(e)
         })?;
         self.inner.blocking.put(con);
-        let fence = match reply {
+        let (fence, waiting) = match reply {
             AcquireReply::Busy { pttl_ms } => {
                 return Ok(Attempt::Busy(
                     u64::try_from(pttl_ms).ok().map(Duration::from_millis),
                 ))
             }
-            AcquireReply::Taken { fence } => fence,
+            AcquireReply::Taken { fence, waiting } => (fence, waiting),
         };
         let lease = self.make_lease(name, keys.clone(), token, fence, opts, sent_at);
         if acked >= i64::from(numreplicas) {
-            return Ok(Attempt::Taken(lease));
+            return Ok(Attempt::Taken(lease, waiting));
         }
         match policy {
             ReplicaPolicy::FailClosed => {
@@ -520,7 +539,7 @@ impl LeaseClient {
                     wanted = numreplicas,
                     "lock write not replicated; keeping the lease (fail-open)"
                 );
-                Ok(Attempt::Taken(lease))
+                Ok(Attempt::Taken(lease, waiting))
             }
         }
     }
@@ -543,8 +562,8 @@ impl LeaseClient {
     pub async fn try_acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
         let keys = self.keys(name)?;
         let started = Instant::now();
-        let r = match self.attempt(name, &keys, opts).await {
-            Ok(Attempt::Taken(lease)) => Ok(lease),
+        let r = match self.attempt(name, &keys, opts, Duration::ZERO).await {
+            Ok(Attempt::Taken(lease, _)) => Ok(lease),
             Ok(Attempt::Busy(remaining)) => {
                 metrics::contention();
                 Err(Error::Busy {
@@ -614,9 +633,12 @@ impl LeaseClient {
             .map(Some);
         loop {
             if holder_remaining.is_none() {
-                match self.attempt(name, keys, opts).await {
-                    Ok(Attempt::Taken(lease)) => {
-                        head.held_here_until = Some(Instant::now() + opts.ttl);
+                let left = end.saturating_duration_since(Instant::now());
+                match self.attempt(name, keys, opts, left).await {
+                    Ok(Attempt::Taken(lease, waiting)) => {
+                        // The next head may skip asking only when this hold's release is sure to
+                        // push a wake-up (the waiting marker covers it).
+                        head.held_here_until = waiting.then(|| Instant::now() + opts.ttl);
                         return Ok(lease);
                     }
                     Ok(Attempt::Busy(remaining)) => {

@@ -22,23 +22,30 @@ static FORCE_RELEASE: LazyLock<Script> =
 /// acquire deletes it once the lock is taken.
 pub(crate) const WAKE_LINGER: Duration = Duration::from_secs(30);
 
+/// Added to the waiting marker's lifetime beyond the longest block it announces, to cover the time
+/// between the "busy" reply and the contender's `BLPOP` reaching the server. A marker that outlives
+/// its waiters costs one needless wake-up push per release, no more.
+pub(crate) const WAITING_SLACK: Duration = Duration::from_secs(5);
+
 /// What acquire.lua answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken, with the new fence.
-    Taken { fence: u64 },
+    /// Taken, with the new fence; `waiting`: the waiting marker is alive and covers this hold, so
+    /// its release will push a wake-up.
+    Taken { fence: u64, waiting: bool },
     /// Busy; `pttl_ms` is the holder's remaining TTL (negative: held without expiry).
     Busy { pttl_ms: i64 },
 }
 
 impl AcquireReply {
-    fn from_pair((taken, n): (i64, i64)) -> RedisResult<Self> {
-        match taken {
-            1 => Ok(AcquireReply::Taken {
+    fn from_reply(reply: &[i64]) -> RedisResult<Self> {
+        match *reply {
+            [1, n, waiting] => Ok(AcquireReply::Taken {
                 fence: u64::try_from(n).map_err(|_| bad_reply("acquire", "negative fence"))?,
+                waiting: waiting == 1,
             }),
-            0 => Ok(AcquireReply::Busy { pttl_ms: n }),
-            _ => Err(bad_reply("acquire", "first element is not 0 or 1")),
+            [0, n] => Ok(AcquireReply::Busy { pttl_ms: n }),
+            _ => Err(bad_reply("acquire", "not {1, fence, waiting} or {0, pttl}")),
         }
     }
 }
@@ -52,25 +59,34 @@ fn bad_reply(script: &'static str, what: &'static str) -> redis::RedisError {
 }
 
 fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    ms_or_zero(d).max(1)
 }
 
-/// acquire.lua: take the lock with `token` for `ttl` if free; mint the fence.
+fn ms_or_zero(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// acquire.lua: take the lock with `token` for `ttl` if free; mint the fence. When busy and `wait`
+/// is not zero (the caller will block on the wake list for up to `wait`), sets the waiting marker.
 pub(crate) async fn acquire<C: ConnectionLike>(
     con: &mut C,
     keys: &LeaseKeys,
     token: &str,
     ttl: Duration,
+    wait: Duration,
 ) -> RedisResult<AcquireReply> {
-    let pair: (i64, i64) = ACQUIRE
+    let reply: Vec<i64> = ACQUIRE
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.wake)
+        .key(&keys.waiting)
         .arg(token)
         .arg(ms(ttl))
+        .arg(ms_or_zero(wait))
+        .arg(ms(WAITING_SLACK))
         .invoke_async(con)
         .await?;
-    AcquireReply::from_pair(pair)
+    AcquireReply::from_reply(&reply)
 }
 
 /// acquire.lua followed by `WAIT numreplicas timeout` in one pipeline on `con` (WAIT counts the
@@ -81,22 +97,26 @@ pub(crate) async fn acquire_and_wait<C: ConnectionLike>(
     keys: &LeaseKeys,
     token: &str,
     ttl: Duration,
+    wait: Duration,
     numreplicas: u32,
     timeout: Duration,
 ) -> RedisResult<(AcquireReply, i64)> {
     let mut pipe = redis::pipe();
     pipe.cmd("EVALSHA")
         .arg(ACQUIRE.get_hash())
-        .arg(3)
+        .arg(4)
         .arg(&keys.lock)
         .arg(&keys.fence)
         .arg(&keys.wake)
+        .arg(&keys.waiting)
         .arg(token)
         .arg(ms(ttl))
+        .arg(ms_or_zero(wait))
+        .arg(ms(WAITING_SLACK))
         .cmd("WAIT")
         .arg(numreplicas)
         .arg(ms(timeout));
-    let reply: RedisResult<((i64, i64), i64)> = pipe.query_async(con).await;
+    let reply: RedisResult<(Vec<i64>, i64)> = pipe.query_async(con).await;
     let (pair, acked) = match reply {
         Err(e) if is_noscript(&e) => {
             ACQUIRE.load_async(con).await?;
@@ -104,10 +124,11 @@ pub(crate) async fn acquire_and_wait<C: ConnectionLike>(
         }
         other => other?,
     };
-    Ok((AcquireReply::from_pair(pair)?, acked))
+    Ok((AcquireReply::from_reply(&pair)?, acked))
 }
 
-/// release.lua: delete the lock if it holds `token`, then push one wake-up. `true` when it was ours.
+/// release.lua: delete the lock if it holds `token`, then push one wake-up if the waiting marker is
+/// set. `true` when it was ours.
 pub(crate) async fn release<C: ConnectionLike>(
     con: &mut C,
     keys: &LeaseKeys,
@@ -116,6 +137,7 @@ pub(crate) async fn release<C: ConnectionLike>(
     let n: i64 = RELEASE
         .key(&keys.lock)
         .key(&keys.wake)
+        .key(&keys.waiting)
         .arg(token)
         .arg(ms(WAKE_LINGER))
         .invoke_async(con)
@@ -149,6 +171,7 @@ pub(crate) async fn force_release<C: ConnectionLike>(
         .key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.wake)
+        .key(&keys.waiting)
         .arg(ms(WAKE_LINGER))
         .invoke_async(con)
         .await?;
@@ -205,9 +228,10 @@ pub(crate) async fn release_many<C: ConnectionLike>(
     for item in items {
         pipe.cmd("EVALSHA")
             .arg(RELEASE.get_hash())
-            .arg(2)
+            .arg(3)
             .arg(&item.keys.lock)
             .arg(&item.keys.wake)
+            .arg(&item.keys.waiting)
             .arg(&item.token)
             .arg(ms(WAKE_LINGER));
     }

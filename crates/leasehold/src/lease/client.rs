@@ -335,6 +335,47 @@ impl LeaseClientBuilder {
     }
 }
 
+/// Armed while an acquire request is in flight in the caller's task. Dropped armed (the caller was
+/// cancelled before the reply), it sends release.lua with the attempt's token in the background, so
+/// that a lock the abandoned request took is not left held for its TTL. Disarmed with `mem::forget`.
+struct AbandonGuard<'a> {
+    client: &'a LeaseClient,
+    keys: &'a LeaseKeys,
+    token: &'a str,
+}
+
+impl Drop for AbandonGuard<'_> {
+    fn drop(&mut self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send it from: the lock, if taken, expires after its TTL.
+            return;
+        };
+        let (client, keys, token) = (
+            self.client.clone(),
+            self.keys.clone(),
+            self.token.to_owned(),
+        );
+        rt.spawn(async move {
+            // One retry: a release that fails twice leaves the lock to expire after its TTL.
+            for _ in 0..2 {
+                let mut con = client.shared();
+                let r = client
+                    .bounded(Phase::Release, scripts::release(&mut con, &keys, &token))
+                    .await;
+                match r {
+                    Ok(taken) => {
+                        tracing::debug!(taken, "abandoned acquire cleaned up");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cleaning up an abandoned acquire failed")
+                    }
+                }
+            }
+        });
+    }
+}
+
 /// One acquire attempt's outcome.
 enum Attempt {
     /// Taken; `true` when the waiting marker covers this hold (its release will push a wake-up).
@@ -428,8 +469,13 @@ impl LeaseClient {
     /// One acquire attempt: one round trip (the script, plus `WAIT` in the same pipeline when asked
     /// for replica acknowledgements).
     ///
-    /// Runs in its own task so that it is cancel safe: if the caller stops waiting, the attempt still
-    /// completes, and a lease it took is dropped there, which hands its release to the watchdog.
+    /// Cancel safe. Without replica acknowledgements the attempt runs in the caller's task: if the
+    /// caller stops waiting before the reply, a guard sends a compare-and-delete release with the
+    /// attempt's token on the same shared connection (so it reaches Redis after the acquire, if the
+    /// acquire was sent at all), and a lock taken by the abandoned attempt is freed at once. With
+    /// replica acknowledgements (a dedicated connection, then a possible fail-closed release) the
+    /// attempt runs in its own task, and a lease it took is dropped there, which hands its release to
+    /// the watchdog.
     ///
     /// `wait`: how long the caller will block on the wake list if told busy (zero: it will not).
     async fn attempt(
@@ -439,6 +485,9 @@ impl LeaseClient {
         opts: &LeaseOptions,
         wait: Duration,
     ) -> Result<Attempt> {
+        if opts.replicas.is_none() {
+            return self.attempt_here(name, keys, opts, wait).await;
+        }
         let (this, name, keys, opts) = (self.clone(), name.to_owned(), keys.clone(), opts.clone());
         tokio::spawn(async move { this.attempt_here(&name, &keys, &opts, wait).await })
             .await
@@ -456,12 +505,19 @@ impl LeaseClient {
         let sent_at = Instant::now();
         let Some((numreplicas, wait_timeout, policy)) = opts.replicas else {
             let mut con = self.shared();
+            let guard = AbandonGuard {
+                client: self,
+                keys,
+                token: &token,
+            };
             let reply = self
                 .bounded(
                     Phase::Acquire,
                     scripts::acquire(&mut con, keys, &token, opts.ttl, wait),
                 )
-                .await?;
+                .await;
+            std::mem::forget(guard);
+            let reply = reply?;
             return Ok(match reply {
                 AcquireReply::Taken { fence, waiting } => Attempt::Taken(
                     self.make_lease(name, keys.clone(), token, fence, opts, sent_at),

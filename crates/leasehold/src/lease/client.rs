@@ -51,6 +51,8 @@ struct Inner {
     next_id: AtomicU64,
     /// One FIFO queue per name for tasks waiting in [`LeaseClient::acquire`].
     contenders: Contenders,
+    /// The options of the last lease taken, shared by every lease taken with equal options.
+    last_opts: std::sync::Mutex<Option<Arc<LeaseOptions>>>,
     /// The URL with any password replaced, for logs.
     redacted_url: String,
 }
@@ -329,6 +331,7 @@ impl LeaseClientBuilder {
                 watchdog: tx,
                 next_id: AtomicU64::new(1),
                 contenders: Contenders::default(),
+                last_opts: std::sync::Mutex::new(None),
                 redacted_url,
             }),
         })
@@ -443,11 +446,25 @@ impl LeaseClient {
         let _ = self.inner.watchdog.send(Command::Release(state));
     }
 
+    /// `opts` as a shared `Arc`: the one of the previous lease when equal (the common case of many
+    /// leases taken with the same options), else a new one.
+    fn shared_opts(&self, opts: &LeaseOptions) -> Arc<LeaseOptions> {
+        let mut last = self.inner.last_opts.lock().expect("options lock");
+        match &*last {
+            Some(a) if **a == *opts => a.clone(),
+            _ => {
+                let a = Arc::new(opts.clone());
+                *last = Some(a.clone());
+                a
+            }
+        }
+    }
+
     fn make_lease(
         &self,
         name: &str,
-        keys: LeaseKeys,
-        token: String,
+        keys: &LeaseKeys,
+        token: &str,
         fence: u64,
         opts: &LeaseOptions,
         sent_at: Instant,
@@ -455,11 +472,11 @@ impl LeaseClient {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(LeaseState::new(
             id,
-            name.to_owned(),
+            name,
             keys,
             token,
             Fence::new(fence),
-            opts.clone(),
+            self.shared_opts(opts),
             sent_at,
         ));
         let _ = self.inner.watchdog.send(Command::Watch(state.clone()));
@@ -520,7 +537,7 @@ impl LeaseClient {
             let reply = reply?;
             return Ok(match reply {
                 AcquireReply::Taken { fence, waiting } => Attempt::Taken(
-                    self.make_lease(name, keys.clone(), token, fence, opts, sent_at),
+                    self.make_lease(name, keys, &token, fence, opts, sent_at),
                     waiting,
                 ),
                 AcquireReply::Busy { pttl_ms } => {
@@ -566,7 +583,7 @@ impl LeaseClient {
             }
             AcquireReply::Taken { fence, waiting } => (fence, waiting),
         };
-        let lease = self.make_lease(name, keys.clone(), token, fence, opts, sent_at);
+        let lease = self.make_lease(name, keys, &token, fence, opts, sent_at);
         if acked >= i64::from(numreplicas) {
             return Ok(Attempt::Taken(lease, waiting));
         }

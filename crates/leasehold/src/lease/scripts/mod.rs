@@ -181,9 +181,9 @@ pub(crate) async fn force_release<C: ConnectionLike>(
 
 /// One renewal in a batch: the lock key, our token, the TTL to set.
 #[derive(Debug, Clone)]
-pub(crate) struct RenewItem {
+pub(crate) struct RenewItem<'a> {
     pub(crate) lock_key: String,
-    pub(crate) token: String,
+    pub(crate) token: &'a str,
     pub(crate) ttl: Duration,
 }
 
@@ -191,7 +191,7 @@ pub(crate) struct RenewItem {
 /// be reloaded). Per item: `Ok(true)` renewed, `Ok(false)` not ours, `Err` the server refused it.
 pub(crate) async fn renew_many<C: ConnectionLike>(
     con: &mut C,
-    items: &[RenewItem],
+    items: &[RenewItem<'_>],
 ) -> RedisResult<Vec<RedisResult<bool>>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
@@ -200,7 +200,7 @@ pub(crate) async fn renew_many<C: ConnectionLike>(
             .arg(RENEW.get_hash())
             .arg(1)
             .arg(&item.lock_key)
-            .arg(&item.token)
+            .arg(item.token)
             .arg(ms(item.ttl));
     }
     let mut values: Vec<Value> = pipe.query_async(con).await?;

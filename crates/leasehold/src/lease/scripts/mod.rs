@@ -259,3 +259,111 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 fn value_is_noscript(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
+
+#[cfg(test)]
+mod tests {
+    //! The waiting marker, against a real redis-server: a release pushes a wake-up only when a
+    //! contender was told "busy", and never misses one that was.
+
+    use super::*;
+    use leasehold_testkit::RedisServer;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    async fn setup() -> (RedisServer, redis::aio::MultiplexedConnection, LeaseKeys) {
+        let srv = RedisServer::start().expect("start a private redis-server");
+        let con = redis::Client::open(srv.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        (srv, con, LeaseKeys::new("t", "marker").unwrap())
+    }
+
+    async fn exists(con: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query_async::<i64>(con)
+            .await
+            .unwrap()
+            == 1
+    }
+
+    async fn pttl(con: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+        redis::cmd("PTTL").arg(key).query_async(con).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_uncontended_release_pushes_nothing() {
+        let (_srv, mut con, k) = setup().await;
+        let r = acquire(&mut con, &k, "a", 30 * SEC, 10 * SEC)
+            .await
+            .unwrap();
+        assert!(
+            matches!(r, AcquireReply::Taken { waiting: false, .. }),
+            "{r:?}"
+        );
+        // A try (wait zero) told "busy" announces no waiter either.
+        let busy = acquire(&mut con, &k, "b", 30 * SEC, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(matches!(busy, AcquireReply::Busy { .. }), "{busy:?}");
+        assert!(!exists(&mut con, &k.waiting).await);
+        assert!(release(&mut con, &k, "a").await.unwrap());
+        assert!(
+            !exists(&mut con, &k.wake).await,
+            "a wake-up nobody waits for"
+        );
+        assert!(!exists(&mut con, &k.lock).await);
+    }
+
+    #[tokio::test]
+    async fn a_release_between_busy_and_blpop_still_wakes_the_contender() {
+        let (_srv, mut con, k) = setup().await;
+        acquire(&mut con, &k, "a", 30 * SEC, SEC).await.unwrap();
+        // B is told busy; before it blocks, A releases.
+        let busy = acquire(&mut con, &k, "b", 30 * SEC, 5 * SEC).await.unwrap();
+        assert!(matches!(busy, AcquireReply::Busy { .. }), "{busy:?}");
+        assert!(
+            pttl(&mut con, &k.waiting).await > 5_000,
+            "marker covers B's block"
+        );
+        assert!(release(&mut con, &k, "a").await.unwrap());
+        // B's BLPOP finds the wake-up at once.
+        let popped: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg(&k.wake)
+            .arg("0.2")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(popped.is_some(), "the wake-up was lost");
+        // B takes it; the marker is still there and now covers B's hold, so B's release wakes the
+        // next contender too.
+        let taken = acquire(&mut con, &k, "b", 30 * SEC, 5 * SEC).await.unwrap();
+        assert!(
+            matches!(taken, AcquireReply::Taken { waiting: true, .. }),
+            "{taken:?}"
+        );
+        assert!(pttl(&mut con, &k.waiting).await > 30_000);
+        assert!(release(&mut con, &k, "b").await.unwrap());
+        assert!(exists(&mut con, &k.wake).await);
+    }
+
+    #[tokio::test]
+    async fn a_shorter_wait_never_shortens_the_marker() {
+        let (_srv, mut con, k) = setup().await;
+        acquire(&mut con, &k, "a", 60 * SEC, SEC).await.unwrap();
+        acquire(&mut con, &k, "b", 60 * SEC, 40 * SEC)
+            .await
+            .unwrap();
+        let long = pttl(&mut con, &k.waiting).await;
+        acquire(&mut con, &k, "c", 60 * SEC, SEC).await.unwrap();
+        assert!(pttl(&mut con, &k.waiting).await > long - 1_000);
+        let (evicted, _) = force_release(&mut con, &k).await.unwrap();
+        assert!(evicted);
+        assert!(
+            exists(&mut con, &k.wake).await,
+            "force-release wakes a marked waiter"
+        );
+    }
+}

@@ -51,6 +51,8 @@ struct Inner {
     next_id: AtomicU64,
     /// One FIFO queue per name for tasks waiting in [`LeaseClient::acquire`].
     contenders: Contenders,
+    /// The options of the last lease taken, shared by every lease taken with equal options.
+    last_opts: std::sync::Mutex<Option<Arc<LeaseOptions>>>,
     /// The URL with any password replaced, for logs.
     redacted_url: String,
 }
@@ -329,15 +331,58 @@ impl LeaseClientBuilder {
                 watchdog: tx,
                 next_id: AtomicU64::new(1),
                 contenders: Contenders::default(),
+                last_opts: std::sync::Mutex::new(None),
                 redacted_url,
             }),
         })
     }
 }
 
+/// Armed while an acquire request is in flight in the caller's task. Dropped armed (the caller was
+/// cancelled before the reply), it sends release.lua with the attempt's token in the background, so
+/// that a lock the abandoned request took is not left held for its TTL. Disarmed with `mem::forget`.
+struct AbandonGuard<'a> {
+    client: &'a LeaseClient,
+    keys: &'a LeaseKeys,
+    token: &'a str,
+}
+
+impl Drop for AbandonGuard<'_> {
+    fn drop(&mut self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send it from: the lock, if taken, expires after its TTL.
+            return;
+        };
+        let (client, keys, token) = (
+            self.client.clone(),
+            self.keys.clone(),
+            self.token.to_owned(),
+        );
+        rt.spawn(async move {
+            // One retry: a release that fails twice leaves the lock to expire after its TTL.
+            for _ in 0..2 {
+                let mut con = client.shared();
+                let r = client
+                    .bounded(Phase::Release, scripts::release(&mut con, &keys, &token))
+                    .await;
+                match r {
+                    Ok(taken) => {
+                        tracing::debug!(taken, "abandoned acquire cleaned up");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cleaning up an abandoned acquire failed")
+                    }
+                }
+            }
+        });
+    }
+}
+
 /// One acquire attempt's outcome.
 enum Attempt {
-    Taken(Lease),
+    /// Taken; `true` when the waiting marker covers this hold (its release will push a wake-up).
+    Taken(Lease, bool),
     Busy(Option<Duration>),
 }
 
@@ -401,11 +446,25 @@ impl LeaseClient {
         let _ = self.inner.watchdog.send(Command::Release(state));
     }
 
+    /// `opts` as a shared `Arc`: the one of the previous lease when equal (the common case of many
+    /// leases taken with the same options), else a new one.
+    fn shared_opts(&self, opts: &LeaseOptions) -> Arc<LeaseOptions> {
+        let mut last = self.inner.last_opts.lock().expect("options lock");
+        match &*last {
+            Some(a) if **a == *opts => a.clone(),
+            _ => {
+                let a = Arc::new(opts.clone());
+                *last = Some(a.clone());
+                a
+            }
+        }
+    }
+
     fn make_lease(
         &self,
         name: &str,
-        keys: LeaseKeys,
-        token: String,
+        keys: &LeaseKeys,
+        token: &str,
         fence: u64,
         opts: &LeaseOptions,
         sent_at: Instant,
@@ -413,11 +472,11 @@ impl LeaseClient {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(LeaseState::new(
             id,
-            name.to_owned(),
+            name,
             keys,
             token,
             Fence::new(fence),
-            opts.clone(),
+            self.shared_opts(opts),
             sent_at,
         ));
         let _ = self.inner.watchdog.send(Command::Watch(state.clone()));
@@ -427,11 +486,27 @@ impl LeaseClient {
     /// One acquire attempt: one round trip (the script, plus `WAIT` in the same pipeline when asked
     /// for replica acknowledgements).
     ///
-    /// Runs in its own task so that it is cancel safe: if the caller stops waiting, the attempt still
-    /// completes, and a lease it took is dropped there, which hands its release to the watchdog.
-    async fn attempt(&self, name: &str, keys: &LeaseKeys, opts: &LeaseOptions) -> Result<Attempt> {
+    /// Cancel safe. Without replica acknowledgements the attempt runs in the caller's task: if the
+    /// caller stops waiting before the reply, a guard sends a compare-and-delete release with the
+    /// attempt's token on the same shared connection (so it reaches Redis after the acquire, if the
+    /// acquire was sent at all), and a lock taken by the abandoned attempt is freed at once. With
+    /// replica acknowledgements (a dedicated connection, then a possible fail-closed release) the
+    /// attempt runs in its own task, and a lease it took is dropped there, which hands its release to
+    /// the watchdog.
+    ///
+    /// `wait`: how long the caller will block on the wake list if told busy (zero: it will not).
+    async fn attempt(
+        &self,
+        name: &str,
+        keys: &LeaseKeys,
+        opts: &LeaseOptions,
+        wait: Duration,
+    ) -> Result<Attempt> {
+        if opts.replicas.is_none() {
+            return self.attempt_here(name, keys, opts, wait).await;
+        }
         let (this, name, keys, opts) = (self.clone(), name.to_owned(), keys.clone(), opts.clone());
-        tokio::spawn(async move { this.attempt_here(&name, &keys, &opts).await })
+        tokio::spawn(async move { this.attempt_here(&name, &keys, &opts, wait).await })
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
@@ -441,21 +516,30 @@ impl LeaseClient {
         name: &str,
         keys: &LeaseKeys,
         opts: &LeaseOptions,
+        wait: Duration,
     ) -> Result<Attempt> {
         let token = new_token();
         let sent_at = Instant::now();
         let Some((numreplicas, wait_timeout, policy)) = opts.replicas else {
             let mut con = self.shared();
+            let guard = AbandonGuard {
+                client: self,
+                keys,
+                token: &token,
+            };
             let reply = self
                 .bounded(
                     Phase::Acquire,
-                    scripts::acquire(&mut con, keys, &token, opts.ttl),
+                    scripts::acquire(&mut con, keys, &token, opts.ttl, wait),
                 )
-                .await?;
+                .await;
+            std::mem::forget(guard);
+            let reply = reply?;
             return Ok(match reply {
-                AcquireReply::Taken { fence } => {
-                    Attempt::Taken(self.make_lease(name, keys.clone(), token, fence, opts, sent_at))
-                }
+                AcquireReply::Taken { fence, waiting } => Attempt::Taken(
+                    self.make_lease(name, keys, &token, fence, opts, sent_at),
+                    waiting,
+                ),
                 AcquireReply::Busy { pttl_ms } => {
                     Attempt::Busy(u64::try_from(pttl_ms).ok().map(Duration::from_millis))
                 }
@@ -473,7 +557,15 @@ impl LeaseClient {
         let limit = wait_timeout + self.inner.response_timeout * 2;
         let (reply, acked) = tokio::time::timeout(
             limit,
-            scripts::acquire_and_wait(&mut con, keys, &token, opts.ttl, numreplicas, wait_timeout),
+            scripts::acquire_and_wait(
+                &mut con,
+                keys,
+                &token,
+                opts.ttl,
+                wait,
+                numreplicas,
+                wait_timeout,
+            ),
         )
         .await
         .map_err(|_| timeout_error("acquire and WAIT"))
@@ -483,17 +575,17 @@ impl LeaseClient {
             Error::redis(Phase::Acquire)(e)
         })?;
         self.inner.blocking.put(con);
-        let fence = match reply {
+        let (fence, waiting) = match reply {
             AcquireReply::Busy { pttl_ms } => {
                 return Ok(Attempt::Busy(
                     u64::try_from(pttl_ms).ok().map(Duration::from_millis),
                 ))
             }
-            AcquireReply::Taken { fence } => fence,
+            AcquireReply::Taken { fence, waiting } => (fence, waiting),
         };
-        let lease = self.make_lease(name, keys.clone(), token, fence, opts, sent_at);
+        let lease = self.make_lease(name, keys, &token, fence, opts, sent_at);
         if acked >= i64::from(numreplicas) {
-            return Ok(Attempt::Taken(lease));
+            return Ok(Attempt::Taken(lease, waiting));
         }
         match policy {
             ReplicaPolicy::FailClosed => {
@@ -520,7 +612,7 @@ impl LeaseClient {
                     wanted = numreplicas,
                     "lock write not replicated; keeping the lease (fail-open)"
                 );
-                Ok(Attempt::Taken(lease))
+                Ok(Attempt::Taken(lease, waiting))
             }
         }
     }
@@ -543,8 +635,8 @@ impl LeaseClient {
     pub async fn try_acquire(&self, name: &str, opts: &LeaseOptions) -> Result<Lease> {
         let keys = self.keys(name)?;
         let started = Instant::now();
-        let r = match self.attempt(name, &keys, opts).await {
-            Ok(Attempt::Taken(lease)) => Ok(lease),
+        let r = match self.attempt(name, &keys, opts, Duration::ZERO).await {
+            Ok(Attempt::Taken(lease, _)) => Ok(lease),
             Ok(Attempt::Busy(remaining)) => {
                 metrics::contention();
                 Err(Error::Busy {
@@ -614,9 +706,12 @@ impl LeaseClient {
             .map(Some);
         loop {
             if holder_remaining.is_none() {
-                match self.attempt(name, keys, opts).await {
-                    Ok(Attempt::Taken(lease)) => {
-                        head.held_here_until = Some(Instant::now() + opts.ttl);
+                let left = end.saturating_duration_since(Instant::now());
+                match self.attempt(name, keys, opts, left).await {
+                    Ok(Attempt::Taken(lease, waiting)) => {
+                        // The next head may skip asking only when this hold's release is sure to
+                        // push a wake-up (the waiting marker covers it).
+                        head.held_here_until = waiting.then(|| Instant::now() + opts.ttl);
                         return Ok(lease);
                     }
                     Ok(Attempt::Busy(remaining)) => {

@@ -83,17 +83,23 @@ impl LostSignal {
     }
 }
 
-/// The part of a held lease the watchdog shares.
+/// The part of a held lease the watchdog shares. Kept small (one of these per held lease): the key
+/// names are built from the one hash-tag string when a request is sent, the token is inline, and
+/// the options are shared between leases taken with equal options.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     /// Watchdog registry key, unique per client.
     pub(crate) id: u64,
-    pub(crate) name: String,
-    pub(crate) keys: LeaseKeys,
-    /// 128 random bits, hex; the lock key's value while we hold it.
-    pub(crate) token: String,
+    /// The hash tag `{<prefix>:<name>}`; every key name is this plus a suffix.
+    tag: Box<str>,
+    /// Where the name starts in `tag`.
+    name_at: usize,
+    /// The full key names, built only if [`Lease::keys`] is asked for.
+    keys: OnceLock<Box<LeaseKeys>>,
+    /// 128 random bits as 32 hex digits; the lock key's value while we hold it.
+    token: [u8; 32],
     pub(crate) fence: Fence,
-    pub(crate) opts: LeaseOptions,
+    pub(crate) opts: Arc<LeaseOptions>,
     /// When the acquire was sent: hold time is measured from here.
     pub(crate) acquired_at: Instant,
     /// `acquired_at + max_hold`, when capped.
@@ -108,22 +114,29 @@ pub(crate) struct LeaseState {
 }
 
 impl LeaseState {
+    /// `keys` are the keys of `name`; `token` is 32 hex digits.
     pub(crate) fn new(
         id: u64,
-        name: String,
-        keys: LeaseKeys,
-        token: String,
+        name: &str,
+        keys: &LeaseKeys,
+        token: &str,
         fence: Fence,
-        opts: LeaseOptions,
+        opts: Arc<LeaseOptions>,
         sent_at: Instant,
     ) -> Self {
         let deadline = sent_at + opts.ttl - opts.drift;
         let max_hold_at = opts.max_hold.map(|m| sent_at + m);
+        let tag = keys.lock.strip_suffix(":lock").unwrap_or(&keys.lock);
+        let name_at = tag.len().saturating_sub(name.len() + 1);
+        let mut tok = [b'0'; 32];
+        let n = token.len().min(32);
+        tok[32 - n..].copy_from_slice(&token.as_bytes()[..n]);
         LeaseState {
             id,
-            name,
-            keys,
-            token,
+            tag: tag.into(),
+            name_at,
+            keys: OnceLock::new(),
+            token: tok,
             fence,
             opts,
             acquired_at: sent_at,
@@ -133,6 +146,34 @@ impl LeaseState {
             released: AtomicBool::new(false),
             finished: AtomicBool::new(false),
         }
+    }
+
+    /// The lease name.
+    pub(crate) fn name(&self) -> &str {
+        let end = self.tag.len().saturating_sub(1);
+        self.tag.get(self.name_at..end).unwrap_or("")
+    }
+
+    /// The random token stored in the lock key.
+    pub(crate) fn token(&self) -> &str {
+        std::str::from_utf8(&self.token).unwrap_or("")
+    }
+
+    /// The lock key's name, built now.
+    pub(crate) fn lock_key(&self) -> String {
+        format!("{}:lock", self.tag)
+    }
+
+    /// All key names, built on first use and kept.
+    pub(crate) fn keys(&self) -> &LeaseKeys {
+        self.keys.get_or_init(|| {
+            Box::new(LeaseKeys {
+                lock: format!("{}:lock", self.tag),
+                fence: format!("{}:fence", self.tag),
+                wake: format!("{}:wake", self.tag),
+                waiting: format!("{}:waiting", self.tag),
+            })
+        })
     }
 
     /// The deadline by validity alone (not by max hold).
@@ -163,7 +204,7 @@ impl LeaseState {
     pub(crate) fn fire(&self, reason: LostReason) {
         if self.signal.fire(reason) {
             metrics::lost(reason);
-            tracing::warn!(lease = %self.name, fence = %self.fence, %reason, "lease lost");
+            tracing::warn!(lease = %self.name(), fence = %self.fence, %reason, "lease lost");
             self.finish();
         }
     }
@@ -186,7 +227,7 @@ impl LeaseState {
 
     fn lost_error(&self, reason: LostReason) -> Error {
         Error::LeaseLost {
-            name: self.name.clone(),
+            name: self.name().to_owned(),
             reason,
         }
     }
@@ -216,7 +257,7 @@ impl Lease {
 
     /// The lease name.
     pub fn name(&self) -> &str {
-        &self.state.name
+        self.state.name()
     }
 
     /// The fencing token to present to resources.
@@ -226,12 +267,12 @@ impl Lease {
 
     /// The random token stored in the lock key.
     pub fn token(&self) -> &str {
-        &self.state.token
+        self.state.token()
     }
 
     /// The Redis keys of this lease.
     pub fn keys(&self) -> &LeaseKeys {
-        &self.state.keys
+        self.state.keys()
     }
 
     /// The options it was taken with.
@@ -263,7 +304,7 @@ impl Lease {
     /// Renews now (the watchdog does this on its own). [`crate::Error::LeaseLost`] when it is no longer
     /// ours: already lost by the client's deadline or max hold, or Redis no longer holds our token.
     /// Cancel safe (a renewal that was sent and not awaited only extends our own lease).
-    #[tracing::instrument(level = "debug", skip(self), fields(lease = %self.state.name, fence = %self.state.fence))]
+    #[tracing::instrument(level = "debug", skip(self), fields(lease = %self.state.name(), fence = %self.state.fence))]
     pub async fn renew(&self) -> Result<()> {
         let st = &self.state;
         let sent_at = Instant::now();
@@ -275,7 +316,7 @@ impl Lease {
             .client
             .bounded(
                 Phase::Renew,
-                scripts::renew(&mut con, &st.keys.lock, &st.token, st.opts.ttl),
+                scripts::renew(&mut con, &st.lock_key(), st.token(), st.opts.ttl),
             )
             .await;
         match reply {
@@ -304,7 +345,7 @@ impl Lease {
     /// the lost signal had fired before (deadline or max hold passed) even if Redis still had the key
     /// and it was deleted now: the critical section was not covered the whole time.
     /// Cancel safe: if cancelled before Redis answered, the release is handed to the background.
-    #[tracing::instrument(level = "debug", skip(self), fields(lease = %self.state.name, fence = %self.state.fence))]
+    #[tracing::instrument(level = "debug", skip(self), fields(lease = %self.state.name(), fence = %self.state.fence))]
     pub async fn release(mut self) -> Result<()> {
         let st = self.state.clone();
         st.released.store(true, Ordering::Release);
@@ -314,7 +355,7 @@ impl Lease {
             .client
             .bounded(
                 Phase::Release,
-                scripts::release(&mut con, &st.keys, &st.token),
+                scripts::release(&mut con, st.keys(), st.token()),
             )
             .await;
         match reply {
@@ -365,11 +406,11 @@ mod tests {
     fn state(opts: LeaseOptions, sent_at: Instant) -> LeaseState {
         LeaseState::new(
             1,
-            "t".into(),
-            LeaseKeys::new("leasehold", "t").unwrap(),
-            "0".repeat(32),
+            "t",
+            &LeaseKeys::new("leasehold", "t").unwrap(),
+            &"0".repeat(32),
             Fence::new(7),
-            opts,
+            Arc::new(opts),
             sent_at,
         )
     }

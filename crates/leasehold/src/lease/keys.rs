@@ -3,7 +3,7 @@ use crate::error::{Error, Result};
 /// Longest lease name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 256;
 
-/// The Redis keys of one lease name. All three share the hash tag `{<prefix>:<name>}`, so in Redis
+/// The Redis keys of one lease name. All four share the hash tag `{<prefix>:<name>}`, so in Redis
 /// Cluster they live in one slot and the Lua scripts may touch them together.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseKeys {
@@ -13,6 +13,9 @@ pub struct LeaseKeys {
     pub fence: String,
     /// Wake-up list a release pushes to, so waiters block instead of polling.
     pub wake: String,
+    /// Marker that someone was told "busy" and may be blocked on `wake`; a release pushes a wake-up
+    /// only while it exists. Expires on its own.
+    pub waiting: String,
 }
 
 impl LeaseKeys {
@@ -25,6 +28,7 @@ impl LeaseKeys {
             lock: format!("{tag}:lock"),
             fence: format!("{tag}:fence"),
             wake: format!("{tag}:wake"),
+            waiting: format!("{tag}:waiting"),
         })
     }
 }
@@ -67,6 +71,7 @@ mod tests {
         assert_eq!(k.lock, "{leasehold:orders}:lock");
         assert_eq!(k.fence, "{leasehold:orders}:fence");
         assert_eq!(k.wake, "{leasehold:orders}:wake");
+        assert_eq!(k.waiting, "{leasehold:orders}:waiting");
     }
 
     #[test]

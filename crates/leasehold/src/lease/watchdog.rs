@@ -58,6 +58,9 @@ impl Watched {
     }
 }
 
+/// Most renewals sent in one pipeline; a larger due set goes out as several pipelines in a row.
+const RENEW_CHUNK: usize = 1_000;
+
 /// Upper bound on waiting for one renewal batch; a hung server is noticed by the deadline timers
 /// anyway, this only frees the lease for a retry.
 fn batch_timeout(items: &[Arc<LeaseState>], response_timeout: Duration) -> Duration {
@@ -215,41 +218,46 @@ pub(crate) async fn run(
             let tx = outcome_tx.clone();
             let limit = batch_timeout(&due, response_timeout);
             tokio::spawn(async move {
-                let items: Vec<scripts::RenewItem> = due
-                    .iter()
-                    .map(|s| scripts::RenewItem {
-                        lock_key: s.keys.lock.clone(),
-                        token: s.token.clone(),
-                        ttl: s.opts.ttl,
-                    })
-                    .collect();
-                let sent_at = Instant::now();
-                let reply =
-                    tokio::time::timeout(limit, scripts::renew_many(&mut con, &items)).await;
-                let results: Vec<Result<bool, ()>> = match reply {
-                    Ok(Ok(per_item)) => per_item
-                        .into_iter()
-                        .map(|r| r.map_err(|e| tracing::debug!(error = %e, "renewal refused")))
-                        .collect(),
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, n = due.len(), "renewal batch failed");
-                        vec![Err(()); due.len()]
-                    }
-                    Err(_) => {
-                        tracing::debug!(n = due.len(), "renewal batch timed out");
-                        vec![Err(()); due.len()]
-                    }
-                };
-                let batch = due
-                    .iter()
-                    .zip(results)
-                    .map(|(s, result)| RenewOutcome {
-                        id: s.id,
-                        sent_at,
-                        result,
-                    })
-                    .collect();
-                let _ = tx.send(batch);
+                // Pipelines of at most RENEW_CHUNK commands, one after another: the request and
+                // reply buffers stay small however many leases are held.
+                for chunk in due.chunks(RENEW_CHUNK) {
+                    let items: Vec<scripts::RenewItem<'_>> = chunk
+                        .iter()
+                        .map(|s| scripts::RenewItem {
+                            lock_key: s.lock_key(),
+                            token: s.token(),
+                            ttl: s.opts.ttl,
+                        })
+                        .collect();
+                    let sent_at = Instant::now();
+                    let reply =
+                        tokio::time::timeout(limit, scripts::renew_many(&mut con, &items)).await;
+                    drop(items);
+                    let results: Vec<Result<bool, ()>> = match reply {
+                        Ok(Ok(per_item)) => per_item
+                            .into_iter()
+                            .map(|r| r.map_err(|e| tracing::debug!(error = %e, "renewal refused")))
+                            .collect(),
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, n = chunk.len(), "renewal batch failed");
+                            vec![Err(()); chunk.len()]
+                        }
+                        Err(_) => {
+                            tracing::debug!(n = chunk.len(), "renewal batch timed out");
+                            vec![Err(()); chunk.len()]
+                        }
+                    };
+                    let batch = chunk
+                        .iter()
+                        .zip(results)
+                        .map(|(s, result)| RenewOutcome {
+                            id: s.id,
+                            sent_at,
+                            result,
+                        })
+                        .collect();
+                    let _ = tx.send(batch);
+                }
             });
         }
         if !releases.is_empty() {
@@ -267,8 +275,8 @@ async fn release_in_background(con: &mut Shared, batch: Vec<Arc<LeaseState>>, li
     let items: Vec<scripts::ReleaseItem> = batch
         .iter()
         .map(|s| scripts::ReleaseItem {
-            keys: s.keys.clone(),
-            token: s.token.clone(),
+            keys: s.keys().clone(),
+            token: s.token().to_owned(),
         })
         .collect();
     // One retry: a release that fails twice leaves the lock to expire after its TTL.

@@ -60,7 +60,7 @@ pub(crate) struct RedisArgs {
         default_value = "redis://127.0.0.1:6379"
     )]
     pub(crate) url: String,
-    /// Key prefix: a lease NAME uses the keys {PREFIX:NAME}:lock, :fence and :wake.
+    /// Key prefix: a lease NAME uses the keys {PREFIX:NAME}:lock, :fence, :wake and :waiting.
     #[arg(
         long,
         value_name = "PREFIX",

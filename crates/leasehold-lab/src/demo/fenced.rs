@@ -92,10 +92,11 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
         .await?;
     let keys = client.keys(&args.key)?;
     println!(
-        "CMD EVALSHA acquire.lua 3 {} {} {} <token> {}\tfence {}",
+        "CMD EVALSHA acquire.lua 4 {} {} {} {} <token> {} 0 <slack>\tfence {}",
         keys.lock,
         keys.fence,
         keys.wake,
+        keys.waiting,
         args.ttl_ms,
         lease.fence()
     );
@@ -113,12 +114,12 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
     );
     match lease.release().await {
         Ok(()) => println!(
-            "CMD EVALSHA release.lua 2 {} {} <token> <linger>\treleased",
-            keys.lock, keys.wake
+            "CMD EVALSHA release.lua 3 {} {} {} <token> <linger>\treleased",
+            keys.lock, keys.wake, keys.waiting
         ),
         Err(e) => println!(
-            "CMD EVALSHA release.lua 2 {} {} <token> <linger>\tnot ours any more ({e})",
-            keys.lock, keys.wake
+            "CMD EVALSHA release.lua 3 {} {} {} <token> <linger>\tnot ours any more ({e})",
+            keys.lock, keys.wake, keys.waiting
         ),
     }
     println!(
@@ -181,8 +182,8 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     tl.redis(
         Actor::B,
         &format!(
-            "EVALSHA acquire.lua 3 {} {} {} <token> {ttl}",
-            keys.lock, keys.fence, keys.wake
+            "EVALSHA acquire.lua 4 {} {} {} {} <token> {ttl} <max wait> <slack>",
+            keys.lock, keys.fence, keys.wake, keys.waiting
         ),
         &format!("fence {fence_b}"),
     );
@@ -212,8 +213,8 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     tl.redis(
         Actor::B,
         &format!(
-            "EVALSHA release.lua 2 {} {} <token> <linger>",
-            keys.lock, keys.wake
+            "EVALSHA release.lua 3 {} {} {} <token> <linger>",
+            keys.lock, keys.wake, keys.waiting
         ),
         if released.is_ok() {
             "released"

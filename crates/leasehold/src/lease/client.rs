@@ -134,16 +134,7 @@ fn validate_prefix(prefix: &str) -> Result<()> {
             "it is empty; use a short word such as `leasehold` or your service name",
         ));
     }
-    if let Some(c) = prefix
-        .chars()
-        .find(|c| *c == '{' || *c == '}' || c.is_control())
-    {
-        return Err(Error::invalid(
-            "key prefix",
-            format!("it contains {c:?}; braces and control characters are not allowed (braces would break the Redis Cluster hash tag)"),
-        ));
-    }
-    Ok(())
+    super::keys::refuse_tag_breakers("key prefix", prefix)
 }
 
 /// Escapes Redis glob metacharacters.
@@ -836,17 +827,7 @@ impl LeaseClient {
                 "it is empty; use `*` to list all names",
             ));
         }
-        if let Some(c) = pattern
-            .chars()
-            .find(|c| *c == '{' || *c == '}' || c.is_control())
-        {
-            return Err(Error::invalid(
-                "name pattern",
-                format!(
-                    "it contains {c:?}; lease names never contain braces or control characters"
-                ),
-            ));
-        }
+        super::keys::refuse_tag_breakers("name pattern", pattern)?;
         let tag_start = format!("{{{}:", self.inner.prefix);
         let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
         let mut names = BTreeSet::new();

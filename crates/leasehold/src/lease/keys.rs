@@ -49,16 +49,22 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
             ),
         ));
     }
-    if let Some(c) = name
+    refuse_tag_breakers("lease name", name)
+}
+
+/// Refuses braces (they would break the Redis Cluster hash tag `{prefix:name}`) and control characters
+/// (they would garble output) in anything that becomes part of a key: names, the prefix, patterns.
+pub(crate) fn refuse_tag_breakers(what: &'static str, value: &str) -> Result<()> {
+    match value
         .chars()
         .find(|c| *c == '{' || *c == '}' || c.is_control())
     {
-        return Err(Error::invalid(
-            "lease name",
+        Some(c) => Err(Error::invalid(
+            what,
             format!("it contains {c:?}; braces and control characters are not allowed (braces would break the Redis Cluster hash tag)"),
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -17,16 +17,7 @@ use leasehold::{Error, Fence};
 #[tokio::main]
 async fn main() -> leasehold::Result<()> {
     let (db, _dir) = support::database().await?;
-    support::fresh_table(
-        &db,
-        "ledger",
-        "account TEXT PRIMARY KEY, balance BIGINT NOT NULL",
-    )
-    .await?;
-    let mut tx = db.begin().await?;
-    tx.execute("INSERT INTO ledger VALUES ('acct-1', 100)", &[])
-        .await?;
-    tx.commit().await?;
+    support::ledger_with(&db, 100).await?;
 
     let fence_a = Fence::new(1); // A acquired the lease first ...
     let fence_b = Fence::new(2); // ... its lease expired while A was paused; B acquired it.

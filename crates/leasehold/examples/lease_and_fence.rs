@@ -17,16 +17,7 @@ use leasehold::{Error, LeaseClient, LeaseOptions};
 #[tokio::main]
 async fn main() -> leasehold::Result<()> {
     let (db, _dir) = support::database().await?;
-    support::fresh_table(
-        &db,
-        "ledger",
-        "account TEXT PRIMARY KEY, balance BIGINT NOT NULL",
-    )
-    .await?;
-    let mut tx = db.begin().await?;
-    tx.execute("INSERT INTO ledger VALUES ('acct-1', 100)", &[])
-        .await?;
-    tx.commit().await?;
+    support::ledger_with(&db, 100).await?;
 
     let url =
         std::env::var("LEASEHOLD_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());

@@ -44,3 +44,21 @@ pub(crate) async fn fresh_table(db: &Database, name: &str, columns: &str) -> lea
         .await?;
     tx.commit().await
 }
+
+/// A fresh `ledger` table holding account `acct-1` with `balance`.
+#[allow(dead_code)] // not every example keeps a ledger
+pub(crate) async fn ledger_with(db: &Database, balance: i64) -> leasehold::Result<()> {
+    fresh_table(
+        db,
+        "ledger",
+        "account TEXT PRIMARY KEY, balance BIGINT NOT NULL",
+    )
+    .await?;
+    let mut tx = db.begin().await?;
+    tx.execute(
+        "INSERT INTO ledger VALUES ('acct-1', $1)",
+        &[balance.into()],
+    )
+    .await?;
+    tx.commit().await
+}

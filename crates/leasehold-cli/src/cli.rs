@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::duration;
 
-/// Leases on Redis with fencing tokens, and proof of what they can and cannot promise.
+/// Leases with fencing tokens (on Redis and other stores), and proof of what they can and cannot
+/// promise.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about)]
 pub(crate) struct Cli {
@@ -21,14 +22,14 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Run a command while holding a lease; stop it if the lease is lost.
     ///
-    /// Exit codes: the command's own (128+N if it died by signal N); 2 bad usage; 69 Redis unreachable;
+    /// Exit codes: the command's own (128+N if it died by signal N); 2 bad usage; 69 store unreachable;
     /// 75 busy (see --busy-exit-code); 76 the lease was lost and the command was stopped;
     /// 126/127 the command could not be executed / was not found.
     #[command(
         after_help = "Example: leasehold run --wait 30s --ttl 1m nightly-import -- ./import.sh --full"
     )]
     Run(RunArgs),
-    /// Show whether a lease is held, for how long, its current fence and its Redis key.
+    /// Show whether a lease is held, for how long, its current fence and where the store keeps it.
     Status(StatusArgs),
     /// List leases whose name matches a glob pattern (default: all).
     List(ListArgs),
@@ -50,17 +51,20 @@ pub(crate) enum Command {
 
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
-pub(crate) struct RedisArgs {
-    /// Redis URL: `redis://[user:password@]host:port[/db]`, or rediss:// for TLS.
+pub(crate) struct StoreArgs {
+    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS). Also read
+    /// from LEASEHOLD_STORE, then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379. `--redis` is an
+    /// alias.
     #[arg(
-        long = "redis",
+        long = "store",
+        visible_alias = "redis",
         value_name = "URL",
-        env = "LEASEHOLD_REDIS_URL",
-        hide_env_values = true,
-        default_value = "redis://127.0.0.1:6379"
+        env = "LEASEHOLD_STORE",
+        hide_env_values = true
     )]
-    pub(crate) url: String,
-    /// Key prefix: a lease NAME uses the keys {PREFIX:NAME}:lock, :fence, :wake and :waiting.
+    pub(crate) urls: Vec<String>,
+    /// Key prefix: the namespace of lease names in the store (Redis keys {PREFIX:NAME}:lock, :fence,
+    /// :wake and :waiting).
     #[arg(
         long,
         value_name = "PREFIX",
@@ -70,10 +74,35 @@ pub(crate) struct RedisArgs {
     pub(crate) key_prefix: String,
 }
 
+/// Used when neither `--store`/`--redis` nor an environment variable names a store.
+pub(crate) const DEFAULT_STORE: &str = "redis://127.0.0.1:6379";
+
+impl StoreArgs {
+    /// The store URL: `--store`/`--redis`, else LEASEHOLD_STORE (clap reads it), else the older
+    /// LEASEHOLD_REDIS_URL, else the local default.
+    pub(crate) fn url(&self) -> Result<String, String> {
+        match self.urls.as_slice() {
+            [] => Ok(std::env::var("LEASEHOLD_REDIS_URL")
+                .ok()
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| DEFAULT_STORE.to_owned())),
+            [one] => Ok(one.clone()),
+            many => Err(format!(
+                "{} stores were given ({}); give one --store URL",
+                many.len(),
+                many.iter()
+                    .map(|u| leasehold::url::redact(u))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
-    pub(crate) redis: RedisArgs,
+    pub(crate) store: StoreArgs,
     /// How long to wait for a busy lease before giving up (woken by the holder's release, not by
     /// polling). 0, the default, tries once.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "0")]
@@ -110,7 +139,7 @@ pub(crate) struct RunArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
-    pub(crate) redis: RedisArgs,
+    pub(crate) store: StoreArgs,
     /// Print one JSON object: name, key, held, ttl_ms, fence, fence_key, wake_key.
     #[arg(long)]
     pub(crate) json: bool,
@@ -121,7 +150,7 @@ pub(crate) struct StatusArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
     #[command(flatten)]
-    pub(crate) redis: RedisArgs,
+    pub(crate) store: StoreArgs,
     /// Print a JSON array of objects: name, key, held, ttl_ms, fence, fence_key, wake_key.
     #[arg(long)]
     pub(crate) json: bool,
@@ -140,7 +169,7 @@ must stop now."
 )]
 pub(crate) struct ReleaseArgs {
     #[command(flatten)]
-    pub(crate) redis: RedisArgs,
+    pub(crate) store: StoreArgs,
     /// Required: confirms you mean to evict whoever holds the lease (unsafe for that holder).
     #[arg(long, required = true)]
     pub(crate) force: bool,

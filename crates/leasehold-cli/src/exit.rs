@@ -7,7 +7,7 @@ use leasehold::Error;
 
 /// Bad usage or configuration: unknown flag, bad duration, empty name, TTL out of range.
 pub(crate) const USAGE: i32 = 2;
-/// Redis unreachable or failing (EX_UNAVAILABLE).
+/// The store unreachable or failing (EX_UNAVAILABLE).
 pub(crate) const UNAVAILABLE: i32 = 69;
 /// leasehold itself failed in a way that is a bug or an OS failure (EX_SOFTWARE).
 pub(crate) const SOFTWARE: i32 = 70;
@@ -25,8 +25,8 @@ pub(crate) fn for_error(e: &Error, busy_code: i32) -> i32 {
     match e {
         Error::Invalid { .. } => USAGE,
         Error::Busy { .. } | Error::WaitTimeout { .. } => busy_code,
-        Error::Redis { .. } | Error::NotReplicated { .. } => UNAVAILABLE,
         Error::LeaseLost { .. } => LOST,
+        e if e.is_unavailable() => UNAVAILABLE,
         _ => SOFTWARE,
     }
 }
@@ -35,7 +35,10 @@ pub(crate) fn for_error(e: &Error, busy_code: i32) -> i32 {
 pub(crate) fn describe(e: &Error) -> String {
     match e {
         Error::Redis { phase, source } if source.is_connection_refusal() || source.is_io_error() || source.is_timeout() => format!(
-            "cannot reach Redis during {phase}: {source}; check --redis / LEASEHOLD_REDIS_URL and that the server is up"
+            "cannot reach Redis during {phase}: {source}; check --store / LEASEHOLD_STORE and that the server is up"
+        ),
+        e @ Error::Timeout { .. } => format!(
+            "{e}; check --store / LEASEHOLD_STORE and that the server is up and not overloaded"
         ),
         other => other.to_string(),
     }

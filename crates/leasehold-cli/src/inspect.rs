@@ -1,52 +1,47 @@
-//! `leasehold status`, `list` and `release --force`. Promise: what Redis says at the moment of the
+//! `leasehold status`, `list` and `release --force`. Promise: what the store says at the moment of the
 //! read. Limit: a lease shown free may be taken a millisecond later, and one shown held may already
 //! be lost by a paused holder; these are snapshots for operators, never a basis for mutual exclusion.
 
-use leasehold::lease::{LeaseInfo, LeaseKeys};
+use leasehold::lease::LeaseInfo;
+use leasehold::url::redact;
 use leasehold::LeaseClient;
 
-use crate::cli::{ListArgs, RedisArgs, ReleaseArgs, StatusArgs};
+use crate::cli::{ListArgs, ReleaseArgs, StatusArgs, StoreArgs};
 use crate::duration::show;
 use crate::exit;
 
-/// How long to wait for Redis to accept a connection before calling it unreachable.
+/// How long to wait for the store to accept a connection before calling it unreachable.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Connects, or prints why not and returns the exit code.
-pub(crate) async fn connect(redis: &RedisArgs) -> Result<LeaseClient, i32> {
-    let connecting = LeaseClient::builder(redis.url.clone())
-        .key_prefix(redis.key_prefix.clone())
+/// Connects, or prints why not and returns the exit code: 2 for a URL or setting that is wrong, 69
+/// for a store that cannot be reached.
+pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
+    let url = store.url().map_err(|why| {
+        eprintln!("leasehold: {why}");
+        exit::USAGE
+    })?;
+    let connecting = LeaseClient::builder(url.clone())
+        .key_prefix(store.key_prefix.clone())
         .connect();
     let Ok(result) = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await else {
         eprintln!(
-            "leasehold: cannot reach Redis at {}: no answer within {}; check --redis / LEASEHOLD_REDIS_URL and that the server is up",
-            redact(&redis.url),
+            "leasehold: cannot reach the store at {}: no answer within {}; check --store / LEASEHOLD_STORE and that the server is up",
+            redact(&url),
             show(CONNECT_TIMEOUT)
         );
         return Err(exit::UNAVAILABLE);
     };
-    result.map_err(|e| match e {
-            leasehold::Error::Redis { source, .. } => {
-                eprintln!(
-                    "leasehold: cannot reach Redis at {}: {source}; check --redis / LEASEHOLD_REDIS_URL and that the server is up",
-                    redact(&redis.url),
-                );
-                exit::UNAVAILABLE
-            }
-            other => fail(&other),
-        })
-}
-
-/// The URL without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+    result.map_err(|e| {
+        if e.is_unavailable() {
+            eprintln!(
+                "leasehold: cannot reach the store at {}: {e}; check --store / LEASEHOLD_STORE and that the server is up",
+                redact(&url),
+            );
+            exit::UNAVAILABLE
+        } else {
+            fail(&e)
         }
-        _ => url.to_owned(),
-    }
+    })
 }
 
 /// Prints a library error and returns its exit code.
@@ -56,26 +51,25 @@ pub(crate) fn fail(e: &leasehold::Error) -> i32 {
 }
 
 /// Checks a lease name (and the key prefix) before any connection, so bad input is exit 2 even when
-/// Redis is down.
-pub(crate) fn check_name(redis: &RedisArgs, name: &str) -> Result<(), i32> {
-    if redis.key_prefix.is_empty() {
-        eprintln!(
-            "leasehold: invalid key prefix: it is empty; leave --key-prefix out to use `leasehold`"
-        );
-        return Err(exit::USAGE);
-    }
-    LeaseKeys::new(&redis.key_prefix, name)
-        .map(drop)
+/// the store is down.
+pub(crate) fn check_name(store: &StoreArgs, name: &str) -> Result<(), i32> {
+    leasehold::lease::check_prefix(&store.key_prefix)
+        .and_then(|()| leasehold::lease::check_name(name))
         .map_err(|e| fail(&e))
 }
 
-/// `info` as JSON: the library's fields (`name`, `key`, `held`, `ttl_ms`, `fence`) plus the other two
-/// keys the lease uses, `fence_key` and `wake_key`.
-fn json(info: &LeaseInfo, prefix: &str) -> serde_json::Value {
+/// `info` as JSON: the library's fields (`name`, `key`, `held`, `ttl_ms`, `fence`), the store kind,
+/// and for Redis the other two keys the lease uses, `fence_key` and `wake_key`.
+fn json(info: &LeaseInfo, client: &LeaseClient) -> serde_json::Value {
     let mut v = serde_json::to_value(info).expect("LeaseInfo serializes");
-    if let (Ok(keys), Some(obj)) = (LeaseKeys::new(prefix, &info.name), v.as_object_mut()) {
-        obj.insert("fence_key".into(), keys.fence.into());
-        obj.insert("wake_key".into(), keys.wake.into());
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("store".into(), client.store_kind().to_string().into());
+        if client.store_kind() == leasehold::StoreKind::Redis {
+            if let Ok(keys) = client.keys(&info.name) {
+                obj.insert("fence_key".into(), keys.fence.into());
+                obj.insert("wake_key".into(), keys.wake.into());
+            }
+        }
     }
     v
 }
@@ -101,17 +95,17 @@ fn human(info: &LeaseInfo) -> String {
 
 /// `leasehold status NAME`.
 pub(crate) async fn status(args: StatusArgs) -> i32 {
-    if let Err(code) = check_name(&args.redis, &args.name) {
+    if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
-    let client = match connect(&args.redis).await {
+    let client = match connect(&args.store).await {
         Ok(c) => c,
         Err(code) => return code,
     };
     match client.inspect(&args.name).await {
         Ok(info) => {
             if args.json {
-                println!("{}", json(&info, &args.redis.key_prefix));
+                println!("{}", json(&info, &client));
             } else {
                 println!("{}", human(&info));
             }
@@ -127,17 +121,14 @@ pub(crate) async fn list(args: ListArgs) -> i32 {
         eprintln!("leasehold: invalid pattern: it is empty; use `*` to list every lease");
         return exit::USAGE;
     }
-    let client = match connect(&args.redis).await {
+    let client = match connect(&args.store).await {
         Ok(c) => c,
         Err(code) => return code,
     };
     match client.list(&args.pattern).await {
         Ok(infos) => {
             if args.json {
-                let all: Vec<_> = infos
-                    .iter()
-                    .map(|i| json(i, &args.redis.key_prefix))
-                    .collect();
+                let all: Vec<_> = infos.iter().map(|i| json(i, &client)).collect();
                 println!("{}", serde_json::Value::Array(all));
             } else if infos.is_empty() {
                 eprintln!("leasehold: no lease matches `{}`", args.pattern);
@@ -155,10 +146,10 @@ pub(crate) async fn list(args: ListArgs) -> i32 {
 /// `leasehold release --force NAME`.
 pub(crate) async fn release(args: ReleaseArgs) -> i32 {
     debug_assert!(args.force, "clap requires --force");
-    if let Err(code) = check_name(&args.redis, &args.name) {
+    if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
-    let client = match connect(&args.redis).await {
+    let client = match connect(&args.store).await {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -182,20 +173,5 @@ pub(crate) async fn release(args: ReleaseArgs) -> i32 {
             0
         }
         Err(e) => fail(&e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(
-            super::redact("redis://app:s3cret@db:6379/0"),
-            "redis://app:***@db:6379/0"
-        );
-        assert_eq!(
-            super::redact("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
-        );
     }
 }

@@ -61,7 +61,7 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs `leasehold run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> i32 {
-    if let Err(code) = check_name(&args.redis, &args.name) {
+    if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
     let opts = match lease_options(&args) {
@@ -89,7 +89,7 @@ pub(crate) async fn run(args: RunArgs) -> i32 {
     }
 
     let client = tokio::select! {
-        c = connect(&args.redis) => match c { Ok(c) => c, Err(code) => return code },
+        c = connect(&args.store) => match c { Ok(c) => c, Err(code) => return code },
         sig = signals.recv() => return aborted(sig, "nothing held"),
     };
     let lease = tokio::select! {

@@ -12,6 +12,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 fn leasehold(redis: Option<&RedisServer>) -> Command {
     let mut c = Command::new(BIN);
     c.env_remove("LEASEHOLD_REDIS_URL")
+        .env_remove("LEASEHOLD_STORE")
         .env_remove("LEASEHOLD_KEY_PREFIX")
         .env("NO_COLOR", "1");
     if let Some(r) = redis {
@@ -169,7 +170,7 @@ fn unreachable_redis_exits_69_with_a_clear_message() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(69), "{args:?}: {err}");
         assert!(
-            err.contains("Redis") && err.contains(&port.to_string()) || err.contains("reach Redis"),
+            err.contains("cannot reach") && err.contains(&port.to_string()),
             "{args:?}: {err}"
         );
     }
@@ -565,4 +566,65 @@ fn sigterm_while_waiting_aborts_the_wait_without_running_the_command() {
     assert_eq!(status.code(), Some(128 + 15));
     assert!(!ran.exists(), "the command must not run");
     assert!(holder.wait().unwrap().success());
+}
+
+#[test]
+fn the_store_is_chosen_by_url_from_flag_or_environment_and_unknown_schemes_are_refused() {
+    let srv = RedisServer::start().expect("redis-server");
+    let url = srv.url();
+    // --store, its alias --redis, LEASEHOLD_STORE and the older LEASEHOLD_REDIS_URL all reach it.
+    let ways: [Vec<(&str, String)>; 4] = [
+        vec![("--store", url.clone())],
+        vec![("--redis", url.clone())],
+        vec![("env:LEASEHOLD_STORE", url.clone())],
+        vec![("env:LEASEHOLD_REDIS_URL", url.clone())],
+    ];
+    for way in ways {
+        let mut c = leasehold(None);
+        c.arg("status").arg("--json");
+        for (k, v) in &way {
+            match k.strip_prefix("env:") {
+                Some(var) => {
+                    c.env(var, v);
+                }
+                None => {
+                    c.arg(k).arg(v);
+                }
+            }
+        }
+        let o = run_out(c.arg("job"));
+        assert_eq!(o.status.code(), Some(0), "{way:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        assert_eq!(v["store"], "redis", "{way:?}");
+    }
+    // LEASEHOLD_STORE wins over the older variable.
+    let o = run_out(
+        leasehold(None)
+            .env("LEASEHOLD_STORE", &url)
+            .env("LEASEHOLD_REDIS_URL", "redis://127.0.0.1:1")
+            .args(["status", "job"]),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // An unknown scheme is bad usage (2), names the schemes this build knows, never shows the
+    // password, and runs nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let o = run_out(leasehold(None).args([
+        "run",
+        "--store",
+        "mongodb://app:s3cret@db/x",
+        "job",
+        "--",
+        "touch",
+        &ran.display().to_string(),
+    ]));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("redis://") && err.contains("rediss://"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+    assert!(!ran.exists());
 }

@@ -8,9 +8,9 @@ use crate::fence::Fence;
 /// Result with leasehold's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The step of a lease's life during which Redis failed; carried by [`Error::Redis`] so that an
-/// operator knows whether a lease may have been taken (acquire), may still be held (release) or may be
-/// about to be lost (renew).
+/// The step during which a store or resource failed; carried by [`Error::Redis`], [`Error::Timeout`]
+/// and the other store errors so that an operator knows whether a lease may have been taken
+/// (acquire), may still be held (release) or may be about to be lost (renew).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Phase {
@@ -99,6 +99,16 @@ pub enum Error {
         name: String,
         /// Why.
         reason: LostReason,
+    },
+    /// A request got no answer within its time bound. Whether it took effect is unknown when
+    /// [`Error::outcome_unknown`] says so (an acquire may have taken the lease, a release may have
+    /// freed it, a fenced write may have committed).
+    #[error("{phase} timed out after {} ms{}", after.as_millis(), timeout_consequence(*phase))]
+    Timeout {
+        /// What we were doing.
+        phase: Phase,
+        /// How long we waited for the answer.
+        after: Duration,
     },
     /// Redis could not be reached or answered with an error.
     #[error("redis failed during {phase}: {source}")]
@@ -202,6 +212,7 @@ impl Error {
         match self {
             Error::Busy { .. }
             | Error::WaitTimeout { .. }
+            | Error::Timeout { .. }
             | Error::IdempotencyInProgress { .. }
             | Error::TransitionRace { .. }
             | Error::NotReplicated { .. } => true,
@@ -228,6 +239,36 @@ impl Error {
         }
     }
 
+    /// Whether the failed call may still have taken effect: a timed-out acquire (the lease may be
+    /// held, unrenewed, until its TTL passes), release (it may still be held until its TTL passes) or
+    /// fenced write (it may have committed). Check before retrying anything that is not idempotent.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout {
+                phase: Phase::Acquire | Phase::Release | Phase::FencedWrite | Phase::Renew,
+                ..
+            }
+        )
+    }
+
+    /// Whether the store or database could not be reached or did not answer in time (as opposed to
+    /// answering "no" or being asked wrongly): the CLI's exit code 69.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            // Redis answered with an error, or not at all: either way it is failing us.
+            Error::Timeout { .. } | Error::NotReplicated { .. } | Error::Redis { .. } => true,
+            Error::Database(e) => matches!(
+                e,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Tls(_)
+            ),
+            _ => false,
+        }
+    }
+
     pub(crate) fn invalid(what: &'static str, why: impl Into<String>) -> Self {
         Error::Invalid {
             what,
@@ -235,9 +276,22 @@ impl Error {
         }
     }
 
-    #[allow(dead_code)] // used by the lease implementation
     pub(crate) fn redis(phase: Phase) -> impl FnOnce(redis::RedisError) -> Self {
         move |source| Error::Redis { phase, source }
+    }
+}
+
+fn timeout_consequence(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Acquire => {
+            "; the acquire may have taken the lease: if it did, it expires unrenewed after its TTL"
+        }
+        Phase::Release => "; the lease may still be held until its TTL passes",
+        Phase::Renew => {
+            "; the renewal may or may not have extended the lease: its deadline is unchanged"
+        }
+        Phase::FencedWrite => "; the write may have committed: check before retrying",
+        _ => "",
     }
 }
 

@@ -35,7 +35,10 @@ pub mod idempotency;
 pub mod inbox;
 pub mod lease;
 pub mod state;
+pub mod url;
 
 pub use error::{Error, LostReason, Phase, Result};
 pub use fence::Fence;
-pub use lease::{Lease, LeaseClient, LeaseOptions, LostSignal, ReplicaPolicy};
+pub use lease::{
+    Lease, LeaseClient, LeaseClientBuilder, LeaseOptions, LostSignal, ReplicaPolicy, StoreKind,
+};

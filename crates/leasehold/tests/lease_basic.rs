@@ -24,7 +24,7 @@ async fn acquire_busy_inspect_release_and_the_fence_grows() {
     );
     assert!(a.remaining() > ms(4_000) && a.remaining() <= ms(5_000));
     // The lock key holds just the token (interop with SET NX PX locks).
-    assert_eq!(raw_get(&srv, &a.keys().lock).as_deref(), Some(a.token()));
+    assert_eq!(raw_get(&srv, &lock_key(&a)).as_deref(), Some(a.token()));
 
     match c.try_acquire("orders", &o).await {
         Err(Error::Busy { name, remaining }) => {
@@ -81,7 +81,7 @@ async fn expiry_frees_the_lock_and_a_late_release_does_not_delete_the_next_holde
         Err(Error::LeaseLost { name, .. }) => assert_eq!(name, "job"),
         other => panic!("expected LeaseLost, got {other:?}"),
     }
-    assert_eq!(raw_get(&srv, &b.keys().lock).as_deref(), Some(b.token()));
+    assert_eq!(raw_get(&srv, &lock_key(&b)).as_deref(), Some(b.token()));
     assert!(!b.is_lost());
     b.release().await.unwrap();
 }
@@ -122,7 +122,7 @@ async fn renewal_keeps_a_lease_alive_for_many_ttls() {
     tokio::time::sleep(ms(2_000)).await; // more than 6 TTLs
     assert!(!a.is_lost(), "lost: {:?}", a.lost().reason());
     assert!(a.remaining() > Duration::ZERO);
-    assert_eq!(raw_get(&srv, &a.keys().lock).as_deref(), Some(a.token()));
+    assert_eq!(raw_get(&srv, &lock_key(&a)).as_deref(), Some(a.token()));
     assert!(matches!(
         c.try_acquire("long", &o).await,
         Err(Error::Busy { .. })
@@ -261,18 +261,17 @@ async fn acquire_and_release_are_one_round_trip_each() {
 
 #[tokio::test]
 async fn garbage_input_is_refused_with_a_clear_error() {
-    for url in [
-        "",
-        "not a url",
-        "http://127.0.0.1:6379/",
-        "redis://127.0.0.1:notaport/",
+    for (url, what) in [
+        ("", "store url"),
+        ("not a url", "store url"),
+        ("http://127.0.0.1:6379/", "store url"),
+        ("redis://127.0.0.1:notaport/", "redis url"),
     ] {
         match LeaseClient::connect(url).await {
-            Err(Error::Invalid {
-                what: "redis url",
-                why,
-            }) => assert!(why.contains("redis://"), "{why}"),
-            other => panic!("{url:?}: expected Invalid, got {other:?}"),
+            Err(Error::Invalid { what: w, why }) if w == what => {
+                assert!(why.contains("redis://"), "{why}")
+            }
+            other => panic!("{url:?}: expected Invalid {what}, got {other:?}"),
         }
     }
     let port = leasehold_testkit::free_port();

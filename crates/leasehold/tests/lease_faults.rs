@@ -116,7 +116,7 @@ async fn a_killed_connection_is_reopened_and_the_lease_survives() {
         tokio::time::sleep(ms(400)).await;
     }
     assert!(!a.is_lost(), "lost: {:?}", a.lost().reason());
-    assert_eq!(raw_get(&srv, &a.keys().lock).as_deref(), Some(a.token()));
+    assert_eq!(raw_get(&srv, &lock_key(&a)).as_deref(), Some(a.token()));
     a.release().await.unwrap();
 }
 
@@ -263,7 +263,7 @@ async fn wait_for_replicas_fail_closed_and_fail_open() {
     let l = c.try_acquire("replicated", &closed).await.unwrap();
     let mut rcon = replica.connection().unwrap();
     let on_replica: Option<String> = redis::cmd("GET")
-        .arg(&l.keys().lock)
+        .arg(lock_key(&l))
         .query(&mut rcon)
         .unwrap();
     assert_eq!(on_replica.as_deref(), Some(l.token()));

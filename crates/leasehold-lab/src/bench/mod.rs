@@ -233,7 +233,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
 
     let mut report = BenchReport {
         command: std::env::args()
-            .map(|a| redact_userinfo(&a))
+            .map(|a| leasehold::url::redact(&a))
             .collect::<Vec<_>>()
             .join(" "),
         quick: args.quick,
@@ -338,20 +338,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
         print_table(&report);
     }
     Ok(if report.failures.is_empty() { 0 } else { 1 })
-}
-
-/// `scheme://user:secret@host/...` → `scheme://***@host/...`, so that a report never carries a
-/// password given in `--database`.
-fn redact_userinfo(arg: &str) -> String {
-    let Some((scheme, rest)) = arg.split_once("://") else {
-        return arg.to_owned();
-    };
-    // Userinfo ends at the last `@` before the path starts.
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    match authority.rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => arg.to_owned(),
-    }
 }
 
 /// Runs one scenario in its own task, so that a panic in it becomes a reported failure of that
@@ -536,22 +522,15 @@ pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<i32> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     #[test]
     fn passwords_in_urls_are_redacted_from_the_report() {
+        use leasehold::url::redact;
         assert_eq!(
-            redact_userinfo("--database=postgres://u:pw@h:5432/db"),
-            "--database=postgres://***@h:5432/db"
+            redact("--database=postgres://u:pw@h:5432/db"),
+            "--database=postgres://u:***@h:5432/db"
         );
-        assert_eq!(
-            redact_userinfo("postgres://u:pw@h/db"),
-            "postgres://***@h/db"
-        );
-        assert_eq!(
-            redact_userinfo("postgres://h/db?x=a@b"),
-            "postgres://h/db?x=a@b"
-        );
-        assert_eq!(redact_userinfo("--json"), "--json");
+        assert_eq!(redact("postgres://h/db?x=a@b"), "postgres://h/db?x=a@b");
+        assert_eq!(redact("--json"), "--json");
     }
 }

@@ -30,7 +30,6 @@
 pub mod metrics;
 mod migrate;
 
-use std::borrow::Cow;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -230,17 +229,9 @@ fn backend_of_url(url: &str) -> Result<Backend> {
             format!(
                 "`{}` has no supported scheme; use postgres://user@host/db, sqlite:path/to/file.db \
                  or sqlite::memory:",
-                redact(url)
+                crate::url::redact(url)
             ),
         ))
-    }
-}
-
-/// Drops anything that may be a password from a URL before it goes into an error message.
-fn redact(url: &str) -> Cow<'_, str> {
-    match (url.find("://"), url.find('@')) {
-        (Some(s), Some(at)) if at > s => Cow::Owned(format!("{}://***{}", &url[..s], &url[at..])),
-        _ => Cow::Borrowed(url),
     }
 }
 

@@ -1,16 +1,14 @@
-//! Leases on Redis: mutual exclusion for **efficiency**, with a fencing token for the resource.
+//! Leases: mutual exclusion for **efficiency**, with a fencing token for the resource, in the store
+//! you choose by URL.
 //!
-//! Promise: while no process pauses past its deadline and Redis keeps its data, at most one holder has
-//! a lease name at a time; every new holder gets a strictly larger [`Fence`](crate::Fence), even when
-//! Redis lost the keys; a holder is told (the [`LostSignal`]) as soon as its lease is no longer safe.
+//! Promise: while no process pauses past its deadline and the store keeps its data, at most one holder
+//! has a lease name at a time; every new holder gets a strictly larger [`Fence`](crate::Fence), by
+//! the store's own rule (Redis: `max(previous + 1, server time in µs)`, so it survives a restart or
+//! failover that lost the keys as long as the new server's clock is not behind the old one's by more
+//! than the outage took); a holder is told (the [`LostSignal`]) as soon as its lease is no longer safe.
 //! Limit: a process pause longer than the lease, or a failover before the lock write replicated, gives
-//! two holders. Nothing in Redis prevents it. If double execution would corrupt data, fence or
+//! two holders. No store prevents a pause. If double execution would corrupt data, fence or
 //! constrain at the resource ([`crate::fence`], [`crate::idempotency`], [`crate::state`]).
-//!
-//! The fence is `max(previous + 1, Redis server time in µs)`. It survives a restart without
-//! persistence or a failover to a replica that missed the last write **as long as the new server's
-//! clock is not behind the old one's by more than the time the restart or failover took** (seconds in
-//! practice; keep server clocks NTP-synchronised and never step them back).
 //!
 //! # Example: do a job under a lease, stop when it is lost
 //!
@@ -37,23 +35,32 @@
 //! # }
 //! ```
 //!
-//! Layout: [`options`] (validated per-lease settings), [`client`] (connection, acquire, waiting,
-//! inspect), [`guard`] (the held [`Lease`] and its [`LostSignal`]), [`metrics`] (metric names),
-//! `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, each behind one typed
-//! function), `watchdog` (one renewal scheduler per client), `waiters` (one contender per name),
-//! `conn` (shared and dedicated connections, round-trip counting).
+//! # Layout
+//!
+//! From the top: [`client`] (the [`LeaseClient`]: acquire, waiting, the scoped
+//! [`with_lease`](LeaseClient::with_lease), inspect, list, force-release) uses `waiters` (one contender
+//! per name in this process), [`guard`] (the held [`Lease`]), `watchdog` (one renewal task per client,
+//! and the narrow handle a lease keeps), `state` (what a held lease shares with the watchdog),
+//! [`signal`] (the [`LostSignal`]), and [`store`] (where leases live: the one trait every store
+//! implements, and the stores: `store::redis`). [`options`] and `names` say what is accepted;
+//! [`metrics`] names what is measured.
 
 pub mod client;
-mod conn;
 pub mod guard;
-mod keys;
 pub mod metrics;
+mod names;
 pub mod options;
-mod scripts;
+pub mod signal;
+mod state;
+pub mod store;
 mod waiters;
 mod watchdog;
 
-pub use client::{ForcedRelease, LeaseClient, LeaseClientBuilder, LeaseInfo};
-pub use guard::{Lease, LostSignal};
-pub use keys::{LeaseKeys, MAX_NAME_LEN};
+pub use client::{LeaseClient, LeaseClientBuilder};
+pub use guard::Lease;
+pub use names::{check_name, check_prefix, MAX_NAME_LEN};
 pub use options::{LeaseOptions, LeaseOptionsBuilder, ReplicaPolicy};
+pub use signal::LostSignal;
+#[cfg(feature = "redis")]
+pub use store::redis::keys::LeaseKeys;
+pub use store::{ForcedRelease, LeaseInfo, StoreKind, SCHEMES};

@@ -46,3 +46,10 @@ pub fn raw_get(server: &RedisServer, key: &str) -> Option<String> {
     let mut con = server.connection().expect("sync connection");
     redis::cmd("GET").arg(key).query(&mut con).expect("GET")
 }
+
+/// The Redis lock key of a lease taken with the default key prefix.
+pub fn lock_key(lease: &leasehold::Lease) -> String {
+    leasehold::lease::LeaseKeys::new("leasehold", lease.name())
+        .expect("a held lease's name is valid")
+        .lock
+}

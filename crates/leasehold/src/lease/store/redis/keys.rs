@@ -1,7 +1,7 @@
-use crate::error::{Error, Result};
+//! The Redis keys of a lease name.
 
-/// Longest lease name accepted, in bytes.
-pub const MAX_NAME_LEN: usize = 256;
+use crate::error::Result;
+use crate::lease::names::validate_name;
 
 /// The Redis keys of one lease name. All four share the hash tag `{<prefix>:<name>}`, so in Redis
 /// Cluster they live in one slot and the Lua scripts may touch them together.
@@ -19,57 +19,33 @@ pub struct LeaseKeys {
 }
 
 impl LeaseKeys {
-    /// Keys for `name` under `prefix`. Refuses an empty name, a name over [`MAX_NAME_LEN`] bytes, and
+    /// Keys for `name` under `prefix`. Refuses an empty name, a name over
+    /// [`MAX_NAME_LEN`](crate::lease::MAX_NAME_LEN) bytes, and
     /// names containing `{`, `}` or control characters (they would break the hash tag or the output).
     pub fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_name(name)?;
+        Ok(Self::for_checked(prefix, name))
+    }
+}
+
+impl LeaseKeys {
+    /// Keys for a name already checked by `validate_name`.
+    pub(crate) fn for_checked(prefix: &str, name: &str) -> Self {
         let tag = format!("{{{prefix}:{name}}}");
-        Ok(LeaseKeys {
+        LeaseKeys {
             lock: format!("{tag}:lock"),
             fence: format!("{tag}:fence"),
             wake: format!("{tag}:wake"),
             waiting: format!("{tag}:waiting"),
-        })
-    }
-}
-
-pub(crate) fn validate_name(name: &str) -> Result<()> {
-    if name.is_empty() {
-        return Err(Error::invalid(
-            "lease name",
-            "it is empty; give the lease a name such as `nightly-import`",
-        ));
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(Error::invalid(
-            "lease name",
-            format!(
-                "it is {} bytes long; the limit is {MAX_NAME_LEN}",
-                name.len()
-            ),
-        ));
-    }
-    refuse_tag_breakers("lease name", name)
-}
-
-/// Refuses braces (they would break the Redis Cluster hash tag `{prefix:name}`) and control characters
-/// (they would garble output) in anything that becomes part of a key: names, the prefix, patterns.
-pub(crate) fn refuse_tag_breakers(what: &'static str, value: &str) -> Result<()> {
-    match value
-        .chars()
-        .find(|c| *c == '{' || *c == '}' || c.is_control())
-    {
-        Some(c) => Err(Error::invalid(
-            what,
-            format!("it contains {c:?}; braces and control characters are not allowed (braces would break the Redis Cluster hash tag)"),
-        )),
-        None => Ok(()),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
+    use crate::lease::names::MAX_NAME_LEN;
 
     #[test]
     fn keys_share_one_hash_tag() {

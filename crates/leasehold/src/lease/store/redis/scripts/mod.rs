@@ -7,15 +7,17 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Script, ScriptInvocation, Value};
 
-use crate::lease::LeaseKeys;
+use super::keys::LeaseKeys;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_release.lua")));
+/// Every script, for reloading a server's lost script cache.
+static ALL: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &RENEW, &FORCE_RELEASE];
 
 /// How long an unclaimed wake-up stays in the wake list. Long enough for a contender that was just
 /// told "busy" to reach its `BLPOP`; a stale wake-up costs one extra acquire attempt, no more, and
@@ -38,7 +40,9 @@ pub(crate) enum AcquireReply {
 }
 
 impl AcquireReply {
-    fn from_reply(reply: &[i64]) -> RedisResult<Self> {
+    /// Reads acquire.lua's reply.
+    pub(crate) fn from_value(v: RedisResult<Value>) -> RedisResult<Self> {
+        let reply: Vec<i64> = redis::from_redis_value(v?)?;
         match *reply {
             [1, n, waiting] => Ok(AcquireReply::Taken {
                 fence: u64::try_from(n).map_err(|_| bad_reply("acquire", "negative fence"))?,
@@ -50,7 +54,7 @@ impl AcquireReply {
     }
 }
 
-fn bad_reply(script: &'static str, what: &'static str) -> redis::RedisError {
+pub(crate) fn bad_reply(script: &'static str, what: &'static str) -> redis::RedisError {
     redis::RedisError::from((
         redis::ErrorKind::UnexpectedReturnType,
         "unexpected reply from a leasehold script",
@@ -66,194 +70,106 @@ fn ms_or_zero(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+// Each script's keys and arguments are written once, in the function that prepares its invocation;
+// a single call (`invoke`) and a pipeline (`pipeline`) both send that invocation.
+
 /// acquire.lua: take the lock with `token` for `ttl` if free; mint the fence. When busy and `wait`
 /// is not zero (the caller will block on the wake list for up to `wait`), sets the waiting marker.
-pub(crate) async fn acquire<C: ConnectionLike>(
-    con: &mut C,
+pub(crate) fn acquire(
     keys: &LeaseKeys,
     token: &str,
     ttl: Duration,
     wait: Duration,
-) -> RedisResult<AcquireReply> {
-    let reply: Vec<i64> = ACQUIRE
-        .key(&keys.lock)
+) -> ScriptInvocation<'static> {
+    let mut inv = ACQUIRE.prepare_invoke();
+    inv.key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.wake)
         .key(&keys.waiting)
         .arg(token)
         .arg(ms(ttl))
         .arg(ms_or_zero(wait))
-        .arg(ms(WAITING_SLACK))
-        .invoke_async(con)
-        .await?;
-    AcquireReply::from_reply(&reply)
-}
-
-/// acquire.lua followed by `WAIT numreplicas timeout` in one pipeline on `con` (WAIT counts the
-/// acknowledgements of *this connection's* writes, so both must share it). Returns the reply and the
-/// number of replicas that acknowledged.
-pub(crate) async fn acquire_and_wait<C: ConnectionLike>(
-    con: &mut C,
-    keys: &LeaseKeys,
-    token: &str,
-    ttl: Duration,
-    wait: Duration,
-    numreplicas: u32,
-    timeout: Duration,
-) -> RedisResult<(AcquireReply, i64)> {
-    let mut pipe = redis::pipe();
-    pipe.cmd("EVALSHA")
-        .arg(ACQUIRE.get_hash())
-        .arg(4)
-        .arg(&keys.lock)
-        .arg(&keys.fence)
-        .arg(&keys.wake)
-        .arg(&keys.waiting)
-        .arg(token)
-        .arg(ms(ttl))
-        .arg(ms_or_zero(wait))
-        .arg(ms(WAITING_SLACK))
-        .cmd("WAIT")
-        .arg(numreplicas)
-        .arg(ms(timeout));
-    let reply: RedisResult<(Vec<i64>, i64)> = pipe.query_async(con).await;
-    let (pair, acked) = match reply {
-        Err(e) if is_noscript(&e) => {
-            ACQUIRE.load_async(con).await?;
-            pipe.query_async(con).await?
-        }
-        other => other?,
-    };
-    Ok((AcquireReply::from_reply(&pair)?, acked))
+        .arg(ms(WAITING_SLACK));
+    inv
 }
 
 /// release.lua: delete the lock if it holds `token`, then push one wake-up if the waiting marker is
-/// set. `true` when it was ours.
-pub(crate) async fn release<C: ConnectionLike>(
-    con: &mut C,
-    keys: &LeaseKeys,
-    token: &str,
-) -> RedisResult<bool> {
-    let n: i64 = RELEASE
-        .key(&keys.lock)
+/// set. Replies 1 when it was ours.
+pub(crate) fn release(keys: &LeaseKeys, token: &str) -> ScriptInvocation<'static> {
+    let mut inv = RELEASE.prepare_invoke();
+    inv.key(&keys.lock)
         .key(&keys.wake)
         .key(&keys.waiting)
         .arg(token)
-        .arg(ms(WAKE_LINGER))
-        .invoke_async(con)
-        .await?;
-    Ok(n == 1)
+        .arg(ms(WAKE_LINGER));
+    inv
 }
 
-/// renew.lua: reset the lock's TTL to `ttl` if it holds `token`. `true` when it was ours.
-pub(crate) async fn renew<C: ConnectionLike>(
-    con: &mut C,
-    lock_key: &str,
-    token: &str,
-    ttl: Duration,
-) -> RedisResult<bool> {
-    let n: i64 = RENEW
-        .key(lock_key)
-        .arg(token)
-        .arg(ms(ttl))
-        .invoke_async(con)
-        .await?;
-    Ok(n == 1)
+/// renew.lua: reset the lock's TTL to `ttl` if it holds `token`. Replies 1 when it was ours.
+pub(crate) fn renew(lock_key: &str, token: &str, ttl: Duration) -> ScriptInvocation<'static> {
+    let mut inv = RENEW.prepare_invoke();
+    inv.key(lock_key).arg(token).arg(ms(ttl));
+    inv
 }
 
 /// force_release.lua: delete the lock whoever holds it, advance the fence, wake one waiter.
-/// Returns `(evicted, fence)`.
-pub(crate) async fn force_release<C: ConnectionLike>(
-    con: &mut C,
-    keys: &LeaseKeys,
-) -> RedisResult<(bool, u64)> {
-    let (evicted, fence): (i64, i64) = FORCE_RELEASE
-        .key(&keys.lock)
+/// Replies `{evicted, fence}`.
+pub(crate) fn force_release(keys: &LeaseKeys) -> ScriptInvocation<'static> {
+    let mut inv = FORCE_RELEASE.prepare_invoke();
+    inv.key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.wake)
         .key(&keys.waiting)
-        .arg(ms(WAKE_LINGER))
-        .invoke_async(con)
-        .await?;
-    let fence = u64::try_from(fence).map_err(|_| bad_reply("force_release", "negative fence"))?;
-    Ok((evicted == 1, fence))
+        .arg(ms(WAKE_LINGER));
+    inv
 }
 
-/// One renewal in a batch: the lock key, our token, the TTL to set.
-#[derive(Debug, Clone)]
-pub(crate) struct RenewItem<'a> {
-    pub(crate) lock_key: String,
-    pub(crate) token: &'a str,
-    pub(crate) ttl: Duration,
-}
-
-/// renew.lua for many leases in one pipeline (one round trip; two more only when the script had to
-/// be reloaded). Per item: `Ok(true)` renewed, `Ok(false)` not ours, `Err` the server refused it.
-pub(crate) async fn renew_many<C: ConnectionLike>(
+/// Sends one prepared script call (EVALSHA, reloaded once on NOSCRIPT).
+pub(crate) async fn invoke<C: ConnectionLike, T: redis::FromRedisValue>(
     con: &mut C,
-    items: &[RenewItem<'_>],
-) -> RedisResult<Vec<RedisResult<bool>>> {
+    inv: &ScriptInvocation<'_>,
+) -> RedisResult<T> {
+    inv.invoke_async(con).await
+}
+
+/// Sends prepared script calls, then `tail` (a command that must follow them on the same connection,
+/// such as `WAIT`), in one pipeline: one round trip. If the server lost its script cache (a restart
+/// or failover), loads the scripts and sends the pipeline again, which is safe because every script
+/// here has the same effect run once or twice. Per item: the reply, or the server's error for it.
+pub(crate) async fn pipeline<C: ConnectionLike>(
+    con: &mut C,
+    invs: &[ScriptInvocation<'_>],
+    tail: Option<&redis::Cmd>,
+) -> RedisResult<Vec<RedisResult<Value>>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for item in items {
-        pipe.cmd("EVALSHA")
-            .arg(RENEW.get_hash())
-            .arg(1)
-            .arg(&item.lock_key)
-            .arg(item.token)
-            .arg(ms(item.ttl));
+    for inv in invs {
+        pipe.invoke_script(inv);
+    }
+    if let Some(cmd) = tail {
+        pipe.add_command(cmd.clone());
     }
     let mut values: Vec<Value> = pipe.query_async(con).await?;
     if values.iter().any(value_is_noscript) {
-        RENEW.load_async(con).await?;
+        for script in ALL {
+            script.load_async(con).await?;
+        }
         values = pipe.query_async(con).await?;
     }
-    Ok(values.into_iter().map(flag).collect())
+    Ok(values
+        .into_iter()
+        .map(|v| match v {
+            Value::ServerError(e) => Err(e.into()),
+            other => Ok(other),
+        })
+        .collect())
 }
 
-/// One background release in a batch: lock and wake keys, our token.
-#[derive(Debug, Clone)]
-pub(crate) struct ReleaseItem {
-    pub(crate) keys: LeaseKeys,
-    pub(crate) token: String,
-}
-
-/// release.lua for many leases in one pipeline. Per item as [`renew_many`].
-pub(crate) async fn release_many<C: ConnectionLike>(
-    con: &mut C,
-    items: &[ReleaseItem],
-) -> RedisResult<Vec<RedisResult<bool>>> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for item in items {
-        pipe.cmd("EVALSHA")
-            .arg(RELEASE.get_hash())
-            .arg(3)
-            .arg(&item.keys.lock)
-            .arg(&item.keys.wake)
-            .arg(&item.keys.waiting)
-            .arg(&item.token)
-            .arg(ms(WAKE_LINGER));
-    }
-    let mut values: Vec<Value> = pipe.query_async(con).await?;
-    if values.iter().any(value_is_noscript) {
-        RELEASE.load_async(con).await?;
-        values = pipe.query_async(con).await?;
-    }
-    Ok(values.into_iter().map(flag).collect())
-}
-
-fn flag(v: Value) -> RedisResult<bool> {
-    match v {
-        Value::ServerError(e) => Err(e.into()),
-        other => redis::from_redis_value::<i64>(other)
-            .map(|n| n == 1)
-            .map_err(Into::into),
-    }
-}
-
-fn is_noscript(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+/// Reads a 0/1 reply (renew, release).
+pub(crate) fn flag(v: RedisResult<Value>) -> RedisResult<bool> {
+    redis::from_redis_value::<i64>(v?)
+        .map(|n| n == 1)
+        .map_err(Into::into)
 }
 
 fn value_is_noscript(v: &Value) -> bool {
@@ -269,6 +185,33 @@ mod tests {
     use leasehold_testkit::RedisServer;
 
     const SEC: Duration = Duration::from_secs(1);
+
+    // The scripts as single calls, the way the store sends them.
+    async fn acquire<C: ConnectionLike>(
+        con: &mut C,
+        k: &LeaseKeys,
+        token: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> RedisResult<AcquireReply> {
+        AcquireReply::from_value(Ok(invoke(con, &super::acquire(k, token, ttl, wait)).await?))
+    }
+
+    async fn release<C: ConnectionLike>(
+        con: &mut C,
+        k: &LeaseKeys,
+        token: &str,
+    ) -> RedisResult<bool> {
+        flag(Ok(invoke(con, &super::release(k, token)).await?))
+    }
+
+    async fn force_release<C: ConnectionLike>(
+        con: &mut C,
+        k: &LeaseKeys,
+    ) -> RedisResult<(bool, i64)> {
+        let (evicted, fence): (i64, i64) = invoke(con, &super::force_release(k)).await?;
+        Ok((evicted == 1, fence))
+    }
 
     async fn setup() -> (RedisServer, redis::aio::MultiplexedConnection, LeaseKeys) {
         let srv = RedisServer::start().expect("start a private redis-server");

@@ -1,0 +1,144 @@
+//! One way to show a connection URL without its secrets, used by every message, log line, `Debug`
+//! output and report that prints a store or database URL.
+//!
+//! Promise: the password of the userinfo (`scheme://user:PASSWORD@host…`, also in multi-host URLs such
+//! as `redis-sentinel://:pw@h1,h2#master`) and the values of query parameters that carry secrets
+//! (`password=`, `pass=`, `pwd=`, `secret=`, `token=`, `auth=`) are replaced by `***`, even when the
+//! password itself holds `/`, `?`, `#` or `@`. Limit: a secret written anywhere else in the URL (a
+//! path segment, an unusual parameter name) is shown as given.
+
+/// `url` with its secrets replaced by `***`; the user name, hosts, path and other parameters stay, so
+/// the message still says where it tried to connect.
+///
+/// ```
+/// use leasehold::url::redact;
+/// assert_eq!(redact("redis://app:s3cret@10.0.0.5:6379/0"), "redis://app:***@10.0.0.5:6379/0");
+/// assert_eq!(redact("postgres://db/app?user=x&password=hunter2"), "postgres://db/app?user=x&password=***");
+/// ```
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return redact_query(url);
+    };
+    let (userinfo, tail) = match userinfo_end(rest) {
+        Some(at) => (Some(&rest[..at]), &rest[at..]),
+        None => (None, rest),
+    };
+    let mut out = String::with_capacity(url.len());
+    out.push_str(scheme);
+    out.push_str("://");
+    if let Some(userinfo) = userinfo {
+        match userinfo.split_once(':') {
+            Some((user, _password)) => {
+                out.push_str(user);
+                out.push_str(":***");
+            }
+            // A lone userinfo may be a bare password or token: hide it all.
+            None if userinfo.is_empty() => {}
+            None => out.push_str("***"),
+        }
+    }
+    out.push_str(&redact_query(tail));
+    out
+}
+
+/// Where the userinfo ends (the index of its `@` in `rest`): the last `@` that is followed by
+/// something shaped like a host list. An `@` inside a query value (`?user=a@b`) is not followed by a
+/// host, so it is not taken for the end of a userinfo.
+fn userinfo_end(rest: &str) -> Option<usize> {
+    rest.match_indices('@').map(|(i, _)| i).rev().find(|&at| {
+        let after = &rest[at + 1..];
+        let hosts = &after[..after.find(['/', '?', '#']).unwrap_or(after.len())];
+        !hosts.is_empty()
+            && hosts.chars().all(|c| {
+                c.is_ascii_alphanumeric()
+                    || matches!(c, '.' | '-' | '_' | ':' | ',' | '[' | ']' | '%')
+            })
+    })
+}
+
+/// Replaces the values of secret-carrying query parameters.
+fn redact_query(s: &str) -> String {
+    let Some(q) = s.find('?') else {
+        return s.to_owned();
+    };
+    let (head, query) = s.split_at(q + 1);
+    let (query, fragment) = match query.find('#') {
+        Some(h) => query.split_at(h),
+        None => (query, ""),
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+            _ => kv.to_owned(),
+        })
+        .collect();
+    format!("{head}{}{fragment}", params.join("&"))
+}
+
+fn is_secret_key(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    ["password", "pass", "pwd", "secret", "token", "auth"]
+        .iter()
+        .any(|s| k == *s || k.ends_with(&format!("_{s}")) || k.ends_with(&format!("-{s}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        let cases = [
+            (
+                "redis://app:s3cret@127.0.0.1:6379/0",
+                "redis://app:***@127.0.0.1:6379/0",
+            ),
+            ("rediss://:pw@h/", "rediss://:***@h/"),
+            ("redis://h:1/", "redis://h:1/"),
+            ("redis://tok3n@h:1", "redis://***@h:1"),
+            ("redis://u:p/a?s#s@w@h:1/2", "redis://u:***@h:1/2"),
+            (
+                "redis-sentinel://:pw@h1:26379,h2:26380/0#mymaster",
+                "redis-sentinel://:***@h1:26379,h2:26380/0#mymaster",
+            ),
+            (
+                "redis-cluster://u:p@[::1]:7000,[::1]:7001",
+                "redis-cluster://u:***@[::1]:7000,[::1]:7001",
+            ),
+            (
+                "postgres://app:pw@db:5432/app?sslmode=require",
+                "postgres://app:***@db:5432/app?sslmode=require",
+            ),
+            (
+                "postgres://db/app?user=a@b&password=x",
+                "postgres://db/app?user=a@b&password=***",
+            ),
+            (
+                "etcd://u:p@10.0.0.1:2379,10.0.0.2:2379",
+                "etcd://u:***@10.0.0.1:2379,10.0.0.2:2379",
+            ),
+            ("sqlite:/tmp/a.db", "sqlite:/tmp/a.db"),
+            ("not a url", "not a url"),
+        ];
+        for (given, shown) in cases {
+            assert_eq!(redact(given), shown, "{given}");
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        for s in [
+            "",
+            "://",
+            "@",
+            "a://@",
+            "x://:@",
+            "x://?",
+            "x://a?=&&=#",
+            "ü://ö:ä@ß",
+        ] {
+            let _ = redact(s);
+        }
+    }
+}

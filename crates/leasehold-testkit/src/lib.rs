@@ -4,6 +4,8 @@
 //!   resumed, killed, restarted without persistence (it comes back empty), and paired as a replica.
 //! * [`SentinelSet`]: one primary, one replica and three sentinels with short timings, for real
 //!   failovers (including one that loses the writes the replica had not received).
+//! * [`RedisCluster`]: a Redis Cluster (three masters, three replicas) with failovers of the master
+//!   owning a slot and slot migrations mid-test (MOVED and ASK).
 //! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
 //! * [`postgres_url`]: where tests find PostgreSQL.
@@ -13,12 +15,14 @@
 //! parallel) and kills its processes and removes its temporary directories on drop.
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 mod credentials;
 mod daemon;
 mod proxy;
 mod redis_server;
 pub mod sentinel;
 
+pub use cluster::{RedisCluster, RedisClusterBuilder, SlotMigration};
 pub use credentials::Credentials;
 pub use proxy::Proxy;
 pub use redis_server::{redis_server_available, RedisServer, RedisServerBuilder};

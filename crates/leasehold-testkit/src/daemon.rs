@@ -55,9 +55,15 @@ impl Daemon {
         Ok(status)
     }
 
+    /// SIGSTOP, returning once every thread is stopped: `kill` returns before a busy
+    /// multi-threaded process (etcd) has stopped all its threads, and a request sent in that gap
+    /// would still be answered.
     pub(crate) fn pause(&mut self) -> io::Result<()> {
         self.signal(Signal::SIGSTOP)?;
         self.paused = true;
+        if let Some(pid) = self.pid() {
+            wait_stopped(pid)?;
+        }
         Ok(())
     }
 
@@ -92,6 +98,28 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.kill();
     }
+}
+
+/// Waits until every thread of `pid` is in the stopped state, as `/proc` shows it (where there is
+/// no `/proc`, returns at once).
+fn wait_stopped(pid: u32) -> io::Result<()> {
+    let tasks = std::path::PathBuf::from(format!("/proc/{pid}/task"));
+    if !tasks.is_dir() {
+        return Ok(());
+    }
+    poll_until(Duration::from_secs(5), "process to stop", || {
+        for task in std::fs::read_dir(&tasks)? {
+            let stat = std::fs::read_to_string(task?.path().join("stat")).unwrap_or_default();
+            // The state is the first field after the parenthesised command name.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            if !matches!(state, Some('T') | Some('t') | None) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
 }
 
 /// Whether a start failed because a port was taken between [`crate::free_port`] and the bind.

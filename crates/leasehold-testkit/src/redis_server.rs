@@ -187,6 +187,13 @@ impl RedisServer {
         self.wait_until_synced()
     }
 
+    /// Sets the primary this server replicates from once it is next started by
+    /// [`restart`](Self::restart) (`None`: start as a primary), leaving the running process alone.
+    /// A restarted node then never shows itself as a primary, even for a moment.
+    pub fn set_replica_of_on_restart(&mut self, primary_port: Option<u16>) {
+        self.builder.replica_of = primary_port;
+    }
+
     /// Waits (up to 10 s) until this replica reports `master_link_status:up`.
     pub fn wait_until_synced(&self) -> io::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);

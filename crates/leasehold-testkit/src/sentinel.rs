@@ -482,12 +482,14 @@ impl SentinelSet {
     /// The node does not start, or does not sync or settle within 20 s.
     pub fn restart_node(&mut self, i: usize) -> io::Result<()> {
         let p = self.primary_index()?;
+        // Started directly in its role: a node that came up as a primary and was turned into a
+        // replica a moment later could be seen as a primary by a sentinel, which would then not
+        // look at it again for 10 s.
+        let primary_port = (i != p).then(|| self.nodes[p].port());
+        self.nodes[i].set_replica_of_on_restart(primary_port);
         self.nodes[i].restart()?;
-        if i == p {
-            self.nodes[i].promote()?;
-        } else {
-            let (node, primary) = pair_mut(&mut self.nodes, i, p);
-            node.replicate_from(primary)?;
+        if primary_port.is_some() {
+            self.nodes[i].wait_until_synced()?;
         }
         self.wait_until_monitored(SETTLE_TIMEOUT)
     }
@@ -762,16 +764,4 @@ fn role(node: &RedisServer) -> io::Result<String> {
 
 fn addr_of(node: &RedisServer) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], node.port()))
-}
-
-/// `(&mut v[i], &v[j])` for `i != j`.
-fn pair_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &T) {
-    assert_ne!(i, j);
-    if i < j {
-        let (a, b) = v.split_at_mut(j);
-        (&mut a[i], &b[0])
-    } else {
-        let (a, b) = v.split_at_mut(i);
-        (&mut b[0], &a[j])
-    }
 }

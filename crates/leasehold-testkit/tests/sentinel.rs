@@ -155,11 +155,31 @@ fn credentials_differ_between_data_nodes_and_sentinels_and_a_plain_failover_keep
 }
 
 #[test]
-fn unknown_master_name_and_unreachable_sentinels_are_reproducible() {
-    let mut s = SentinelSet::start().unwrap();
+fn unknown_master_name_and_unreachable_sentinels_are_reproducible_with_a_sentinel_acl_user() {
+    let mut s = SentinelSet::builder()
+        .data_credentials(Credentials::password("data-secret"))
+        .sentinel_credentials(Credentials::user("watcher", "sentinel-secret"))
+        .start()
+        .unwrap();
+    assert!(
+        s.sentinel_url_for_master("nope")
+            .starts_with("redis-sentinel://:data-secret@127.0.0.1:"),
+        "{}",
+        s.sentinel_url_for_master("nope")
+    );
     assert!(s.sentinel_url_for_master("nope").ends_with("#nope"));
     let sentinel = s.sentinel_addrs()[1];
-    let mut con = connect(&format!("redis://{sentinel}/"));
+    let sentinel_url = format!("redis://watcher:sentinel-secret@{sentinel}/");
+    let anon = redis::Client::open(format!("redis://{sentinel}/"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(1))
+        .and_then(|mut c| {
+            redis::cmd("SENTINEL")
+                .arg("MASTERS")
+                .query::<redis::Value>(&mut c)
+        });
+    assert!(anon.is_err(), "the sentinel's default user must be off");
+    let mut con = connect(&sentinel_url);
     let unknown: Option<(String, u16)> = redis::cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg("nope")
@@ -172,7 +192,7 @@ fn unknown_master_name_and_unreachable_sentinels_are_reproducible() {
     drop(con);
 
     s.pause_sentinels().unwrap();
-    let con = redis::Client::open(format!("redis://{sentinel}/"))
+    let con = redis::Client::open(sentinel_url.as_str())
         .unwrap()
         .get_connection_with_timeout(Duration::from_millis(300));
     let paused = con.and_then(|mut c| {
@@ -194,4 +214,8 @@ fn unknown_master_name_and_unreachable_sentinels_are_reproducible() {
     }
     s.restart_sentinels().unwrap();
     assert_eq!(s.primary_addr().unwrap().port(), s.node(0).port());
+
+    // With the ACL user on sentinels and a password on the data nodes, failover still works.
+    let old = s.kill_primary().unwrap();
+    assert_ne!(s.wait_for_failover(FAILOVER).unwrap(), old);
 }

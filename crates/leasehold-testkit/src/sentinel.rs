@@ -173,8 +173,10 @@ impl SentinelSetBuilder {
 ///
 /// Node 0 starts as the primary and node 1 as its replica; after a failover the roles swap, so ask
 /// [`primary_index`](Self::primary_index) rather than assuming. Timings: [`DOWN_AFTER`] (1 s) and
-/// [`FAILOVER_TIMEOUT`] (2 s), `parallel-syncs 1`; a failover after a primary dies completes in
-/// about 2 to 5 s on an idle machine.
+/// [`FAILOVER_TIMEOUT`] (2 s), `parallel-syncs 1`. Measured on a 2-core machine, loaded or not: a
+/// set starts in about 2.3 s, a failover completes about 2.3 s (1.9 to 3 s) after the primary dies,
+/// and a restarted node is a healthy replica again in about 1.1 s; a split sentinel election adds
+/// 4 s, so give [`wait_for_failover`](Self::wait_for_failover) 30 s in tests.
 #[derive(Debug)]
 pub struct SentinelSet {
     /// The settings, kept for URLs and restarts.

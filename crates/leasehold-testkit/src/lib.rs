@@ -2,18 +2,35 @@
 //!
 //! * [`RedisServer`]: a private `redis-server` on a free loopback port that can be paused (SIGSTOP),
 //!   resumed, killed, restarted without persistence (it comes back empty), and paired as a replica.
+//! * [`SentinelSet`]: one primary, one replica and three sentinels with short timings, for real
+//!   failovers (including one that loses the writes the replica had not received).
+//! * [`RedisCluster`]: a Redis Cluster (three masters, three replicas) with failovers of the master
+//!   owning a slot and slot migrations mid-test (MOVED and ASK).
+//! * [`EtcdCluster`]: a single etcd node or a cluster of members, each of which can be killed,
+//!   restarted, paused and resumed, with the leader found through etcd's status API.
 //! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
 //! * [`postgres_url`]: where tests find PostgreSQL.
 //!
-//! Nothing here mocks a server: every fault is done to a real process.
+//! Nothing here mocks a server: every fault is done to a real process. Every topology picks free
+//! ports (retrying when one is taken between the pick and the bind, so tests may start several in
+//! parallel) and kills its processes and removes its temporary directories on drop.
 #![forbid(unsafe_code)]
 
+pub mod cluster;
+mod credentials;
+mod daemon;
+pub mod etcd;
 mod proxy;
 mod redis_server;
+pub mod sentinel;
 
+pub use cluster::{RedisCluster, RedisClusterBuilder, SlotMigration};
+pub use credentials::Credentials;
+pub use etcd::{etcd_available, EtcdCluster, EtcdMember};
 pub use proxy::Proxy;
 pub use redis_server::{redis_server_available, RedisServer, RedisServerBuilder};
+pub use sentinel::{SentinelServer, SentinelSet, SentinelSetBuilder};
 
 use std::net::TcpListener;
 

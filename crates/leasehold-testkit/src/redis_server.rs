@@ -29,6 +29,7 @@ fn binary() -> PathBuf {
 pub struct RedisServerBuilder {
     port: Option<u16>,
     acl_user: Option<(String, String)>,
+    password: Option<String>,
     replica_of: Option<u16>,
     extra: Vec<String>,
 }
@@ -44,6 +45,13 @@ impl RedisServerBuilder {
     /// `default` user.
     pub fn acl_user(mut self, user: &str, password: &str) -> Self {
         self.acl_user = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// Require `password` for the `default` user (`requirepass`); [`RedisServer::url`] and
+    /// [`RedisServer::connection`] then carry it.
+    pub fn password(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
         self
     }
 
@@ -110,7 +118,10 @@ impl RedisServer {
     pub fn url(&self) -> String {
         match &self.builder.acl_user {
             Some((u, p)) => format!("redis://{u}:{p}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            None => match &self.builder.password {
+                Some(p) => format!("redis://:{p}@127.0.0.1:{}/", self.port),
+                None => format!("redis://127.0.0.1:{}/", self.port),
+            },
         }
     }
 
@@ -122,6 +133,11 @@ impl RedisServer {
     /// The process id, while running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Whether the server is stopped by [`pause`](Self::pause) and not yet resumed.
+    pub fn is_paused(&self) -> bool {
+        self.paused
     }
 
     /// SIGSTOP: the server stops answering; connections stay open and requests hang.
@@ -169,6 +185,13 @@ impl RedisServer {
             .query::<()>(&mut con)
             .map_err(io::Error::other)?;
         self.wait_until_synced()
+    }
+
+    /// Sets the primary this server replicates from once it is next started by
+    /// [`restart`](Self::restart) (`None`: start as a primary), leaving the running process alone.
+    /// A restarted node then never shows itself as a primary, even for a moment.
+    pub fn set_replica_of_on_restart(&mut self, primary_port: Option<u16>) {
+        self.builder.replica_of = primary_port;
     }
 
     /// Waits (up to 10 s) until this replica reports `master_link_status:up`.
@@ -235,6 +258,9 @@ impl RedisServer {
             let password = format!(">{pass}");
             cmd.args(["--user", user, "on", &password, "~*", "&*", "+@all"])
                 .args(["--user", "default", "off"]);
+        }
+        if let Some(password) = &b.password {
+            cmd.args(["--requirepass", password]);
         }
         if let Some(primary) = b.replica_of {
             cmd.args(["--replicaof", "127.0.0.1", &primary.to_string()]);

@@ -16,6 +16,9 @@ pub struct LeaseKeys {
     /// Marker that someone was told "busy" and may be blocked on `wake`; a release pushes a wake-up
     /// only while it exists. Expires on its own.
     pub waiting: String,
+    /// The token of the last release, for a few seconds: a release retried after a reconnect hears
+    /// "released" again.
+    pub released: String,
 }
 
 impl LeaseKeys {
@@ -37,6 +40,7 @@ impl LeaseKeys {
             fence: format!("{tag}:fence"),
             wake: format!("{tag}:wake"),
             waiting: format!("{tag}:waiting"),
+            released: format!("{tag}:released"),
         }
     }
 }

@@ -10,6 +10,12 @@
 -- so a release that runs between this reply and the caller's BLPOP still finds it and pushes. It is
 -- never shortened, and it is not cleared by release (other contenders may still be blocked): it
 -- expires after the longest block it announced, plus slack.
+-- Run twice (a client retrying after a reconnect), it must not see its own lock as busy: the same
+-- token finds the lock it took and gets the same lease and fence back.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local again = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  return {1, again, redis.call('EXISTS', KEYS[4])}
+end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl ~= -2 then
   local wait = tonumber(ARGV[3])

@@ -24,6 +24,11 @@ static ALL: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &RENEW, &FORCE_RELEASE
 /// acquire deletes it once the lock is taken.
 pub(crate) const WAKE_LINGER: Duration = Duration::from_secs(30);
 
+/// How long a release remembers the token it released, so that a client that retries the release
+/// after a reconnect (the first one did reach the server) hears "released" again rather than "it was
+/// not yours". Retries come within seconds.
+pub(crate) const RELEASED_MEMORY: Duration = Duration::from_secs(10);
+
 /// Added to the waiting marker's lifetime beyond the longest block it announces, to cover the time
 /// between the "busy" reply and the contender's `BLPOP` reaching the server. A marker that outlives
 /// its waiters costs one needless wake-up push per release, no more.
@@ -100,8 +105,10 @@ pub(crate) fn release(keys: &LeaseKeys, token: &str) -> ScriptInvocation<'static
     inv.key(&keys.lock)
         .key(&keys.wake)
         .key(&keys.waiting)
+        .key(&keys.released)
         .arg(token)
-        .arg(ms(WAKE_LINGER));
+        .arg(ms(WAKE_LINGER))
+        .arg(ms(RELEASED_MEMORY));
     inv
 }
 
@@ -307,6 +314,57 @@ mod tests {
         assert!(
             exists(&mut con, &k.wake).await,
             "force-release wakes a marked waiter"
+        );
+    }
+
+    #[tokio::test]
+    async fn every_script_run_twice_has_the_effect_of_running_once() {
+        // A client that retries after a reconnect sends the same call again; the first one may have
+        // run. Each script, really run twice against the server:
+        let (_srv, mut con, k) = setup().await;
+        let first = acquire(&mut con, &k, "a", 30 * SEC, SEC).await.unwrap();
+        let again = acquire(&mut con, &k, "a", 30 * SEC, SEC).await.unwrap();
+        assert!(matches!(first, AcquireReply::Taken { .. }), "{first:?}");
+        assert_eq!(
+            first, again,
+            "a retried acquire gets the same lease and fence"
+        );
+        let mut renewed = Vec::new();
+        for _ in 0..2 {
+            renewed.push(
+                flag(Ok(invoke(&mut con, &renew(&k.lock, "a", 30 * SEC))
+                    .await
+                    .unwrap()))
+                .unwrap(),
+            );
+        }
+        assert_eq!(renewed, [true, true]);
+        assert!(release(&mut con, &k, "a").await.unwrap());
+        assert!(
+            release(&mut con, &k, "a").await.unwrap(),
+            "a retried release says released"
+        );
+        // The next holder is untouched by a late retry of the previous holder's release, and its
+        // fence is above the first holder's.
+        let b = acquire(&mut con, &k, "b", 30 * SEC, SEC).await.unwrap();
+        assert!(release(&mut con, &k, "a").await.unwrap());
+        assert!(
+            exists(&mut con, &k.lock).await,
+            "b's lock must survive a's retried release"
+        );
+        match (first, b) {
+            (AcquireReply::Taken { fence: f1, .. }, AcquireReply::Taken { fence: f2, .. }) => {
+                assert!(f2 > f1)
+            }
+            other => panic!("{other:?}"),
+        }
+        // Someone who never held it is told "not yours", before and after a release.
+        assert!(!release(&mut con, &k, "c").await.unwrap());
+        let (e1, f1) = force_release(&mut con, &k).await.unwrap();
+        let (e2, f2) = force_release(&mut con, &k).await.unwrap();
+        assert!(
+            e1 && !e2 && f2 > f1,
+            "forced twice: evicts once, the fence only moves up"
         );
     }
 }

@@ -11,9 +11,10 @@
 //! | S2 | 16 and 128 contenders on one name, 1 ms holds, as tasks and as processes | the ideal 1 / (hold + one round trip) |
 //! | S3 | one process holding 10,000 leases with renewal on | 1 KiB per lease |
 //! | S4 | a fenced SQL transaction on PostgreSQL and SQLite | the same transaction unfenced |
+//! | S5 | S1, S2 (16 contenders) and S3 in every store this build can start or reach | the Redis store, in the same run |
 //!
 //! Layout: [`measure`](self) (clock, histograms, commandstats, /proc), `baseline` (the reference
-//! lock), `contend` (the S2 contender loop and hold analysis), `s1`..`s4` (one file per scenario).
+//! lock), `contend` (the S2 contender loop and hold analysis), `s1`..`s4` (one file per scenario), `stores` (S5).
 //! Worker processes are this same binary run as `leasehold __bench-worker`.
 
 mod baseline;
@@ -23,6 +24,7 @@ mod s1;
 mod s2;
 mod s3;
 mod s4;
+mod stores;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -48,6 +50,8 @@ pub enum Scenario {
     S3,
     /// Fenced vs unfenced SQL transaction on PostgreSQL and SQLite.
     S4,
+    /// S1, S2 and S3 in every store this build can start or reach, as ratios to Redis.
+    S5,
 }
 
 /// Command-line arguments of `leasehold bench`.
@@ -69,7 +73,7 @@ pub struct BenchArgs {
     )]
     pub database: String,
     /// Run only these scenarios (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "S1,S2,S3,S4")]
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "S1,S2,S3,S4,S5")]
     pub only: Vec<Scenario>,
     /// Seconds each measurement runs (default 5, or 1.5 with --quick).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
@@ -100,9 +104,12 @@ pub struct WorkerArgs {
     /// The part this worker plays.
     #[arg(value_enum)]
     pub role: WorkerRole,
-    /// The benchmark's redis-server.
+    /// The benchmark's redis-server (S2), or the store to hold leases in (S3: any store URL).
     #[arg(long, value_name = "URL")]
     pub redis_url: String,
+    /// Key prefix of the leases (S3), so that runs against a shared store do not meet.
+    #[arg(long, default_value = "leasehold")]
+    pub prefix: String,
     /// Lease name contended for (S2).
     #[arg(long, default_value = "s2")]
     pub name: String,
@@ -152,6 +159,8 @@ struct BenchReport {
     s2: Vec<s2::S2Row>,
     s3: Option<s3::S3Report>,
     s4: Option<s4::S4Report>,
+    /// One row per store (S5); the Redis row is the reference.
+    stores: Vec<stores::StoreRow>,
     /// Scenarios that failed, with the reason.
     failures: BTreeMap<String, String>,
     notes: Vec<String>,
@@ -242,6 +251,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
         s2: Vec::new(),
         s3: None,
         s4: None,
+        stores: Vec::new(),
         failures: BTreeMap::new(),
         notes: Vec::new(),
     };
@@ -331,6 +341,43 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
         }
     }
     drop(server);
+
+    if args.runs(Scenario::S5) {
+        let mut notes = Vec::new();
+        match stores::redis().await {
+            Ok(redis) => {
+                let others = stores::others(&args.database, &mut notes).await;
+                for target in std::iter::once(&redis).chain(others.iter()) {
+                    progress(&format!(
+                        "S5 {}: S1 and S2 against redis, S3 with {} leases",
+                        target.label, args.leases
+                    ));
+                    let r = stores::measure(
+                        target,
+                        &redis,
+                        plan.measure,
+                        plan.s1_slices,
+                        args.leases,
+                        plan.s3_hold,
+                        &worker_exe,
+                    )
+                    .await;
+                    match r {
+                        Ok(row) => report.stores.push(row),
+                        Err(e) => {
+                            report
+                                .failures
+                                .insert(format!("s5 {}", target.label), format!("{e:#}"));
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                report.failures.insert("s5".into(), format!("{e:#}"));
+            }
+        }
+        report.notes.extend(notes);
+    }
 
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -498,6 +545,43 @@ fn print_table(r: &BenchReport) {
     for (scenario, why) in &r.failures {
         println!("\nFAILED {scenario}: {why}");
     }
+    if !r.stores.is_empty() {
+        println!("\nS5 every store (ratios to redis in the same run)");
+        println!(
+            "  {:<9} {:>9} {:>8} {:>8} {:>6} {:>6} {:>8} {:>6} {:>6} {:>4} {:>9} {:>8} {:>4}",
+            "store",
+            "S1 cyc/s",
+            "p50",
+            "p99",
+            "rt/cyc",
+            "ratio",
+            "S2 acq/s",
+            "rt/acq",
+            "ratio",
+            "ovl",
+            "S3 B/lease",
+            "rt/s",
+            "lost"
+        );
+        for row in &r.stores {
+            println!(
+                "  {:<9} {:>9.0} {:>6.0}us {:>6.0}us {:>6.2} {:>6.2} {:>8.0} {:>6.2} {:>6.2} {:>4} {:>9.0} {:>8.1} {:>4}",
+                row.store,
+                row.s1_cycles_per_s,
+                row.s1_p50_us,
+                row.s1_p99_us,
+                row.s1_round_trips_per_cycle,
+                row.s1_ratio_to_redis,
+                row.s2_acquisitions_per_s,
+                row.s2_round_trips_per_acquisition,
+                row.s2_ratio_to_redis,
+                row.s2_overlaps,
+                row.s3_bytes_per_lease,
+                row.s3_renewal_round_trips_per_s,
+                row.s3_lost
+            );
+        }
+    }
 }
 
 /// Runs one worker process of the benchmarks; returns the process exit code.
@@ -515,7 +599,7 @@ pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<i32> {
             )
             .await?
         }
-        WorkerRole::S3 => s3::worker(&args.redis_url, args.leases, opts).await?,
+        WorkerRole::S3 => s3::worker(&args.redis_url, &args.prefix, args.leases, opts).await?,
     }
     Ok(0)
 }

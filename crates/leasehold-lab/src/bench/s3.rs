@@ -149,10 +149,13 @@ pub(crate) async fn run(
 /// The worker side of S3: hold `leases` leases, say so, measure between `go` and `stop`.
 pub(crate) async fn worker(
     url: &str,
+    prefix: &str,
     leases: u64,
     lease_opts: leasehold::LeaseOptions,
 ) -> anyhow::Result<()> {
-    let client = leasehold::LeaseClient::connect(url)
+    let client = leasehold::LeaseClient::builder(url)
+        .key_prefix(prefix)
+        .connect()
         .await
         .context("connecting leasehold")?;
     // One acquire first, so that the connection, scripts and background tasks exist before the

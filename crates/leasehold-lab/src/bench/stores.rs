@@ -284,7 +284,7 @@ async fn s2(target: &Target, each: Duration, opts: &LeaseOptions) -> anyhow::Res
     let start = Instant::now();
     let end = start + each;
     let mut tasks = Vec::new();
-    for c in clients.iter().cloned() {
+    for c in clients.clone() {
         let (inside, overlaps, acquisitions, opts) = (
             inside.clone(),
             overlaps.clone(),

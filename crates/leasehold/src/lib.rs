@@ -37,6 +37,11 @@ pub mod lease;
 pub mod state;
 pub mod url;
 
+/// The README's code examples, compiled and type-checked as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
+
 pub use error::{Error, LostReason, Phase, Result};
 pub use fence::Fence;
 pub use lease::{

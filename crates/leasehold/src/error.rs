@@ -100,7 +100,8 @@ pub enum Error {
         /// Why.
         reason: LostReason,
     },
-    /// Redis could not be reached or answered with an error.
+    /// Redis could not be reached or answered with an error (feature `redis`).
+    #[cfg(feature = "redis")]
     #[error("redis failed during {phase}: {source}")]
     Redis {
         /// What we were doing.
@@ -138,7 +139,8 @@ pub enum Error {
         /// Highest fence the resource has accepted.
         current: Fence,
     },
-    /// The database failed.
+    /// The database failed (feature `postgres` or `sqlite`).
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     /// The idempotency key's first attempt is still running (HTTP 409 in the IETF draft's terms).
@@ -205,6 +207,7 @@ impl Error {
             | Error::IdempotencyInProgress { .. }
             | Error::TransitionRace { .. }
             | Error::NotReplicated { .. } => true,
+            #[cfg(feature = "redis")]
             Error::Redis { source, .. } => {
                 source.is_io_error()
                     || source.is_timeout()
@@ -212,6 +215,7 @@ impl Error {
                     || source.is_connection_refusal()
                     || source.is_cluster_error()
             }
+            #[cfg(any(feature = "postgres", feature = "sqlite"))]
             Error::Database(e) => {
                 matches!(
                     e,
@@ -228,6 +232,11 @@ impl Error {
         }
     }
 
+    // A build with no store and no database feature has nothing left to validate.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "sqlite")),
+        allow(dead_code)
+    )]
     pub(crate) fn invalid(what: &'static str, why: impl Into<String>) -> Self {
         Error::Invalid {
             what,
@@ -236,6 +245,7 @@ impl Error {
     }
 
     #[allow(dead_code)] // used by the lease implementation
+    #[cfg(feature = "redis")]
     pub(crate) fn redis(phase: Phase) -> impl FnOnce(redis::RedisError) -> Self {
         move |source| Error::Redis { phase, source }
     }
@@ -243,6 +253,7 @@ impl Error {
 
 /// Serialization failures and deadlocks (PostgreSQL 40001/40P01, SQLite BUSY/LOCKED) are safe to retry:
 /// the database rolled the whole transaction back.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 fn is_serialization_failure(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => matches!(

@@ -31,11 +31,18 @@
 pub mod db;
 mod error;
 pub mod fence;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod idempotency;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod inbox;
+// Today's lease machinery speaks only Redis; once it is split into a store-independent core and
+// stores, the core is compiled always and each store behind its own feature.
+#[cfg(feature = "redis")]
 pub mod lease;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod state;
 
 pub use error::{Error, LostReason, Phase, Result};
 pub use fence::Fence;
+#[cfg(feature = "redis")]
 pub use lease::{Lease, LeaseClient, LeaseOptions, LostSignal, ReplicaPolicy};

@@ -110,7 +110,8 @@ pub enum Error {
         /// How long we waited for the answer.
         after: Duration,
     },
-    /// Redis could not be reached or answered with an error.
+    /// Redis could not be reached or answered with an error (feature `redis`).
+    #[cfg(feature = "redis")]
     #[error("redis failed during {phase}: {source}")]
     Redis {
         /// What we were doing.
@@ -148,7 +149,8 @@ pub enum Error {
         /// Highest fence the resource has accepted.
         current: Fence,
     },
-    /// The database failed.
+    /// The database failed (feature `postgres` or `sqlite`).
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     /// The idempotency key's first attempt is still running (HTTP 409 in the IETF draft's terms).
@@ -216,6 +218,7 @@ impl Error {
             | Error::IdempotencyInProgress { .. }
             | Error::TransitionRace { .. }
             | Error::NotReplicated { .. } => true,
+            #[cfg(feature = "redis")]
             Error::Redis { source, .. } => {
                 source.is_io_error()
                     || source.is_timeout()
@@ -223,6 +226,7 @@ impl Error {
                     || source.is_connection_refusal()
                     || source.is_cluster_error()
             }
+            #[cfg(any(feature = "postgres", feature = "sqlite"))]
             Error::Database(e) => {
                 matches!(
                     e,
@@ -257,7 +261,10 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
             // Redis answered with an error, or not at all: either way it is failing us.
-            Error::Timeout { .. } | Error::NotReplicated { .. } | Error::Redis { .. } => true,
+            Error::Timeout { .. } | Error::NotReplicated { .. } => true,
+            #[cfg(feature = "redis")]
+            Error::Redis { .. } => true,
+            #[cfg(any(feature = "postgres", feature = "sqlite"))]
             Error::Database(e) => matches!(
                 e,
                 sqlx::Error::Io(_)
@@ -269,6 +276,11 @@ impl Error {
         }
     }
 
+    // A build with no store and no database feature has nothing left to validate.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "sqlite")),
+        allow(dead_code)
+    )]
     pub(crate) fn invalid(what: &'static str, why: impl Into<String>) -> Self {
         Error::Invalid {
             what,
@@ -276,6 +288,7 @@ impl Error {
         }
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn redis(phase: Phase) -> impl FnOnce(redis::RedisError) -> Self {
         move |source| Error::Redis { phase, source }
     }
@@ -297,6 +310,7 @@ fn timeout_consequence(phase: Phase) -> &'static str {
 
 /// Serialization failures and deadlocks (PostgreSQL 40001/40P01, SQLite BUSY/LOCKED) are safe to retry:
 /// the database rolled the whole transaction back.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 fn is_serialization_failure(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => matches!(

@@ -25,15 +25,40 @@
 //!
 //! The `leasehold` command-line tool (crate `leasehold-cli`) and the demo, fault-injection verifier and
 //! benchmarks (crate `leasehold-lab`) are thin layers over this crate.
+//!
+//! # Features
+//!
+//! Each store and each database is a cargo feature, so an application compiles only the clients it
+//! uses. The default set is `redis`, `postgres` and `sqlite`: everything above.
+//!
+//! | feature | default | what it brings |
+//! |---|---|---|
+//! | `redis` | on | [`lease`] ([`LeaseClient`], [`Lease`]) and the fenced write to a value kept in Redis ([`fence::redis_fenced_set`]); compiles the `redis` client |
+//! | `postgres` | on | [`db`], [`fence::check`], [`idempotency`], [`inbox`] and [`state`] on PostgreSQL; compiles sqlx's PostgreSQL driver |
+//! | `sqlite` | on | the same on SQLite; compiles sqlx's SQLite driver and the SQLite library it bundles |
+//! | `etcd` | off | reserved for leases on etcd; nothing behind it yet |
+//!
+//! The SQL modules need `postgres` or `sqlite` (either one is enough) and speak only to the backends
+//! compiled in: [`db::Database::connect`] with a URL for a backend left out fails with
+//! [`Error::Invalid`] naming the feature to enable. [`Fence`] and [`Error`] are there with any set.
+//! An application that wants only Redis leases:
+//!
+//! ```toml
+//! [dependencies]
+//! leasehold = { version = "0.1", default-features = false, features = ["redis"] }
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod db;
 mod error;
 pub mod fence;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod idempotency;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod inbox;
 pub mod lease;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod state;
 pub mod url;
 

@@ -81,7 +81,7 @@ async fn in_memory_sqlite_works() {
 
 #[tokio::test]
 async fn own_migrations_table_leaves_sqlx_migrations_alone() {
-    for t in sql_support::both().await {
+    for t in sql_support::each_backend().await {
         let mut tx = t.db.begin().await.unwrap();
         let sqlx_table = tx
             .fetch_i64(

@@ -1,11 +1,13 @@
 //! Conditional updates and state machines on real PostgreSQL and SQLite.
+// Runs on every database backend compiled in; Cargo's `required-features` cannot say "either".
+#![cfg(any(feature = "postgres", feature = "sqlite"))]
 
 mod sql_support;
 
 use leasehold::db::Param;
 use leasehold::state::{StateMachine, Stock};
 use leasehold::Error;
-use sql_support::{both, exec, scalar};
+use sql_support::{each_backend, exec, scalar};
 
 fn orders() -> StateMachine {
     StateMachine::builder("orders")
@@ -20,7 +22,7 @@ fn orders() -> StateMachine {
 /// 200 concurrent buyers for a stock of 50: exactly 50 succeed, the stock ends at 0, 50 reservations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_buyers_for_fifty_items() {
-    for t in both().await {
+    for t in each_backend().await {
         let db = t.db.clone();
         exec(
             &db,
@@ -81,7 +83,7 @@ async fn two_hundred_buyers_for_fifty_items() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounded_decrement_refuses_bad_quantities_and_unknown_items() {
-    for t in both().await {
+    for t in each_backend().await {
         let db = &t.db;
         exec(
             db,
@@ -157,7 +159,7 @@ async fn bounded_decrement_refuses_bad_quantities_and_unknown_items() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transitions_follow_the_table_with_distinct_errors() {
-    for t in both().await {
+    for t in each_backend().await {
         let db = &t.db;
         exec(
             db,
@@ -239,7 +241,7 @@ async fn transitions_follow_the_table_with_distinct_errors() {
 /// wins, the others lose the race with a precise error, and the row ends in the winner's state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_transitions_have_one_winner() {
-    for t in both().await {
+    for t in each_backend().await {
         let db = t.db.clone();
         exec(&db, "CREATE TABLE orders (id BIGINT PRIMARY KEY, state TEXT NOT NULL, version BIGINT NOT NULL DEFAULT 0)").await;
         exec(&db, "INSERT INTO orders (id, state) VALUES (1, 'created')").await;

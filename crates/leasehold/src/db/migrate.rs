@@ -1,6 +1,7 @@
 //! Applies the migrations leasehold ships, recorded in its own table so they never mix with an
 //! application's `_sqlx_migrations` (sqlx 0.8 cannot rename that table, and two migrators sharing it
-//! each refuse the other's versions as "missing").
+//! each refuse the other's versions as "missing"). Only the migrations of the backends compiled in
+//! are embedded in the binary.
 
 use sqlx::migrate::Migrator;
 use sqlx::Executor;
@@ -8,16 +9,21 @@ use sqlx::Executor;
 use super::{Conn, Database};
 use crate::{Error, Result};
 
+#[cfg(feature = "postgres")]
 static POSTGRES: Migrator = sqlx::migrate!("migrations/postgres");
+#[cfg(feature = "sqlite")]
 static SQLITE: Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// Advisory lock id taken while migrating on PostgreSQL ("leasehol" in ASCII). Database-wide, so
 /// concurrent migrations of different schemas queue too; each is quick.
+#[cfg(feature = "postgres")]
 const PG_MIGRATION_LOCK: i64 = 0x6c65_6173_6568_6f6c;
 
 /// The table recording applied migrations; the column types are the only difference between backends.
+#[cfg(feature = "postgres")]
 const PG_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_schema_migrations (
     version BIGINT PRIMARY KEY, description TEXT NOT NULL, checksum BYTEA NOT NULL)";
+#[cfg(feature = "sqlite")]
 const SQLITE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_schema_migrations (
     version INTEGER PRIMARY KEY, description TEXT NOT NULL, checksum BLOB NOT NULL)";
 
@@ -26,6 +32,7 @@ const SQLITE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_schema_migratio
 pub(super) async fn run(db: &Database) -> Result<()> {
     let mut tx = db.begin().await?;
     let (migrator, table) = match tx.conn() {
+        #[cfg(feature = "postgres")]
         Conn::Postgres(c) => {
             sqlx::query("SELECT pg_advisory_xact_lock($1)")
                 .bind(PG_MIGRATION_LOCK)
@@ -33,6 +40,7 @@ pub(super) async fn run(db: &Database) -> Result<()> {
                 .await?;
             (&POSTGRES, PG_TABLE)
         }
+        #[cfg(feature = "sqlite")]
         Conn::Sqlite(_) => (&SQLITE, SQLITE_TABLE),
     };
     crate::with_conn!(tx, |c| c.execute(table).await.map(drop))?;

@@ -5,7 +5,7 @@
 //! resource. Limit: it protects only writes that go through it, and only against holders whose lease
 //! was superseded (a newer fence was issued and used); it does not stop two writers with the same fence.
 //!
-//! # SQL (PostgreSQL and SQLite)
+//! # SQL (PostgreSQL and SQLite; features `postgres`, `sqlite`)
 //!
 //! [`Database::begin_fenced`](crate::db::Database::begin_fenced) opens a transaction and, first thing,
 //! upserts the presented fence into `leasehold_fences` only if it is `>=` the stored one. A stale fence
@@ -16,6 +16,7 @@
 //! writing twice).
 //!
 //! ```no_run
+//! # #[cfg(any(feature = "postgres", feature = "sqlite"))]
 //! # async fn demo(lease_fence: leasehold::Fence) -> leasehold::Result<()> {
 //! use leasehold::db::Database;
 //!
@@ -42,16 +43,21 @@
 //! To fence a transaction that also records an idempotency key or an inbox message, call [`check`] on
 //! a [`Tx`](crate::db::Tx) you began yourself.
 //!
-//! # Redis
+//! # Redis (feature `redis`)
 //!
 //! [`redis_fenced_set`] sets a value kept in Redis only if the presented fence is not older than the
 //! one stored beside it, in one Lua script.
 
+#[cfg(feature = "redis")]
 mod redis;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod sql;
 mod token;
 
+#[cfg(feature = "redis")]
 pub use self::redis::{redis_fenced_set, FencedKey, RedisWrite};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use sql::check_args;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use sql::{check, current};
 pub use token::Fence;

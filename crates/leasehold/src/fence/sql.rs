@@ -2,7 +2,7 @@
 //! transaction.
 
 use super::Fence;
-use crate::db::{check_key, missing_tables_hint, Conn, Database, Tx};
+use crate::db::{check_key, missing_tables_hint, Database, Pool, Tx};
 use crate::{Error, Result};
 
 /// Stores `fence` as `resource`'s fence only if it is not older than the stored one; returns the row's
@@ -38,46 +38,25 @@ pub(crate) fn check_args(resource: &str, fence: Fence) -> Result<i64> {
 /// Cancel safety: if the future is dropped, drop `tx` too; it then rolls back.
 pub async fn check(tx: &mut Tx, resource: &str, fence: Fence) -> Result<()> {
     let presented = check_args(resource, fence)?;
-    let accepted: Option<i64> = match tx.conn() {
-        Conn::Postgres(c) => {
-            sqlx::query_scalar(UPSERT)
-                .bind(resource)
-                .bind(presented)
-                .fetch_optional(c)
-                .await
-        }
-        Conn::Sqlite(c) => {
-            sqlx::query_scalar(UPSERT)
-                .bind(resource)
-                .bind(presented)
-                .fetch_optional(c)
-                .await
-        }
-    }
+    let accepted: Option<i64> = crate::with_conn!(tx, |c| {
+        sqlx::query_scalar(UPSERT)
+            .bind(resource)
+            .bind(presented)
+            .fetch_optional(c)
+            .await
+    })
     .map_err(|e| missing_tables_hint(e.into()))?;
-    let backend = match tx.backend() {
-        crate::db::Backend::Postgres => "postgres",
-        crate::db::Backend::Sqlite => "sqlite",
-    };
-    crate::db::metrics::fence_check(backend, accepted.is_some());
+    crate::db::metrics::fence_check(tx.backend().as_str(), accepted.is_some());
     if accepted.is_some() {
         return Ok(());
     }
     // Refused: the row exists with a newer fence (and we hold its lock, so this read is current).
-    let current = match tx.conn() {
-        Conn::Postgres(c) => {
-            sqlx::query_scalar::<_, i64>(CURRENT)
-                .bind(resource)
-                .fetch_one(c)
-                .await?
-        }
-        Conn::Sqlite(c) => {
-            sqlx::query_scalar::<_, i64>(CURRENT)
-                .bind(resource)
-                .fetch_one(c)
-                .await?
-        }
-    };
+    let current = crate::with_conn!(tx, |c| {
+        sqlx::query_scalar::<_, i64>(CURRENT)
+            .bind(resource)
+            .fetch_one(c)
+            .await
+    })?;
     tracing::debug!(resource, presented = %fence, current, "stale fence refused");
     Err(Error::StaleFence {
         resource: resource.to_owned(),
@@ -89,18 +68,22 @@ pub async fn check(tx: &mut Tx, resource: &str, fence: Fence) -> Result<()> {
 /// The highest fence `resource` has accepted, or `None` if no fenced write reached it yet.
 pub async fn current(db: &Database, resource: &str) -> Result<Option<Fence>> {
     check_key("fenced resource name", resource)?;
-    let value: Option<i64> = if let Some(p) = db.postgres() {
-        sqlx::query_scalar(CURRENT)
-            .bind(resource)
-            .fetch_optional(p)
-            .await?
-    } else if let Some(p) = db.sqlite() {
-        sqlx::query_scalar(CURRENT)
-            .bind(resource)
-            .fetch_optional(p)
-            .await?
-    } else {
-        None
+    // On the pool, not in a transaction: a read needs no `BEGIN IMMEDIATE` (SQLite's write lock).
+    let value: Option<i64> = match db.pool() {
+        #[cfg(feature = "postgres")]
+        Pool::Postgres(p) => {
+            sqlx::query_scalar(CURRENT)
+                .bind(resource)
+                .fetch_optional(p)
+                .await?
+        }
+        #[cfg(feature = "sqlite")]
+        Pool::Sqlite(p) => {
+            sqlx::query_scalar(CURRENT)
+                .bind(resource)
+                .fetch_optional(p)
+                .await?
+        }
     };
     Ok(value.map(|v| Fence::new(u64::try_from(v).unwrap_or(0))))
 }

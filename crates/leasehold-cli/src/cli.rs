@@ -46,6 +46,8 @@ pub(crate) enum Command {
     VerifyWorker(leasehold_lab::verify::WorkerArgs),
     #[command(name = "__bench-worker", hide = true)]
     BenchWorker(leasehold_lab::bench::WorkerArgs),
+    #[command(name = "__run-watcher", hide = true)]
+    RunWatcher(crate::watcher::WatcherArgs),
 }
 
 /// Where the leases live.

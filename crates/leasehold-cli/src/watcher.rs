@@ -292,6 +292,8 @@ pub(crate) fn main(args: WatcherArgs) -> i32 {
         eprintln!("leasehold: watcher: cannot block signals: {e}");
         return exit::SOFTWARE;
     }
+    // Started as /proc/self/exe, it would show as `exe` in ps and top.
+    let _ = nix::sys::prctl::set_name(c"leasehold-watch");
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         eprintln!("leasehold: watcher: cannot become a child subreaper: {e}");
         return exit::SOFTWARE;

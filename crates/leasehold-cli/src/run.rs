@@ -19,7 +19,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use leasehold::{Error, Lease, LeaseClient, LeaseOptions, LostReason};
+use leasehold::{Error, Fence, Lease, LeaseClient, LeaseOptions, LostReason};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -175,7 +175,7 @@ fn held_for(remaining: Option<Duration>) -> String {
 /// Test knob: `LEASEHOLD_RUN_THREAD_CHURN=100ms` retires idle runtime threads after half that and
 /// starts a blocking task every period, so threads come and go all the time; a test uses it to show
 /// that nothing about the command's supervision is tied to the thread that started it.
-const THREAD_CHURN_KNOB: &str = "LEASEHOLD_RUN_THREAD_CHURN";
+pub(crate) const THREAD_CHURN_KNOB: &str = "LEASEHOLD_RUN_THREAD_CHURN";
 
 /// The churn period, when the test knob is set to a duration.
 pub(crate) fn thread_churn() -> Option<Duration> {
@@ -232,9 +232,11 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
             return code;
         }
         _ => {
+            // It may have died between starting the command and saying so: look for it.
             eprintln!(
-                "leasehold: the watcher process ended before starting the command; command not run"
+                "leasehold: the watcher process died before reporting the command; stopping whatever it started"
             );
+            stop_without_watcher(None, terminal, &args.name, lease.fence(), args.grace).await;
             watcher.reap().await;
             release(args, lease, false).await;
             return exit::SOFTWARE;
@@ -292,7 +294,14 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
             "leasehold: the watcher process (pid {}) died; stopping the command (pid {pid}) from here",
             watcher.pid().map(|p| p.to_string()).unwrap_or_else(|| "?".into())
         );
-        stop_without_watcher(Pid::from_raw(pid as i32), terminal, args.grace).await;
+        stop_without_watcher(
+            Some(Pid::from_raw(pid as i32)),
+            terminal,
+            &args.name,
+            lease.fence(),
+            args.grace,
+        )
+        .await;
     }
     watcher.reap().await;
     if lost_reason.is_some() {
@@ -303,22 +312,37 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
     exited.unwrap_or(exit::SOFTWARE)
 }
 
-/// The fallback when the watcher died: the command is no longer our grandchild's child but init's, so
-/// all we have is its pid (and, off a terminal, its process group, which is named after it).
-async fn stop_without_watcher(pid: Pid, terminal: bool, grace: Duration) {
+/// The fallback when the watcher is gone: the command is init's child now, so we find its processes
+/// ourselves. Its process group (off a terminal) and every process whose environment names this
+/// holder (`LEASEHOLD_NAME` and `LEASEHOLD_FENCE`, inherited by all it started) get SIGTERM and
+/// SIGCONT, then SIGKILL after the grace. Missed: a process that both left the group and was started
+/// with a cleared environment.
+async fn stop_without_watcher(
+    command: Option<Pid>,
+    terminal: bool,
+    name: &str,
+    fence: Fence,
+    grace: Duration,
+) {
+    let marks = [
+        format!("LEASEHOLD_NAME={name}"),
+        format!("LEASEHOLD_FENCE={fence}"),
+    ];
+    let group = command.filter(|_| !terminal);
     let send = |sig: Signal| {
-        let _ = if terminal {
-            kill(pid, sig)
-        } else {
-            killpg(pid, sig)
-        };
+        if let Some(g) = group {
+            let _ = killpg(g, sig);
+        }
+        for (pid, pgid) in watcher::processes_marked(&marks) {
+            // Each process once: the group's members already got it.
+            if Some(pgid) != group {
+                let _ = kill(pid, sig);
+            }
+        }
     };
     let alive = || {
-        if terminal {
-            kill(pid, None).is_ok()
-        } else {
-            killpg(pid, None).is_ok()
-        }
+        group.is_some_and(|g| killpg(g, None).is_ok())
+            || !watcher::processes_marked(&marks).is_empty()
     };
     send(Signal::SIGTERM);
     send(Signal::SIGCONT);
@@ -326,8 +350,9 @@ async fn stop_without_watcher(pid: Pid, terminal: bool, grace: Duration) {
     while alive() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if alive() {
+    while alive() && Instant::now() < deadline + Duration::from_secs(5) {
         send(Signal::SIGKILL);
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -324,7 +324,9 @@ pub(crate) fn main(args: WatcherArgs) -> i32 {
         .split_first()
         .expect("clap requires at least one COMMAND word");
     let mut cmd = std::process::Command::new(program);
-    cmd.args(rest).env_remove(PDEATHSIG_KNOB);
+    cmd.args(rest)
+        .env_remove(PDEATHSIG_KNOB)
+        .env_remove(crate::run::THREAD_CHURN_KNOB);
     cmd.process_group(args.join_group.unwrap_or(0));
     let spawned = blocked.thread_unblock().and_then(|()| {
         let spawned = cmd.spawn();
@@ -547,6 +549,39 @@ impl Tree {
             }
         }
     }
+}
+
+/// Processes (pid, process group) whose environment holds every one of `marks` (`KEY=value`), from
+/// `/proc/PID/environ`: the environment each started with, inherited by what it started.
+pub(crate) fn processes_marked(marks: &[String]) -> Vec<(Pid, Pid)> {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+        if !marks.iter().all(|m| vars.contains(&m.as_bytes())) {
+            continue;
+        }
+        if let Ok(group) = nix::unistd::getpgid(Some(Pid::from_raw(pid))) {
+            found.push((Pid::from_raw(pid), group));
+        }
+    }
+    found
 }
 
 /// A process below the watcher, from `/proc/PID/stat`.

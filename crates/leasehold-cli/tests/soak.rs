@@ -160,6 +160,13 @@ fn worker(args: &[String]) -> i32 {
     }
     let fence: u64 = std::env::var("LEASEHOLD_FENCE").unwrap().parse().unwrap();
     let inv: i64 = std::env::var("SOAK_INVOCATION").unwrap().parse().unwrap();
+    // A crash must leave its reason where the harness finds it, whatever became of stderr.
+    let panic_file = dir.join("stderr").join(format!("{inv}.panic"));
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let _ = std::fs::write(&panic_file, info.to_string());
+        default_hook(info);
+    }));
     let pid = std::process::id() as i64;
     std::fs::write(
         dir.join("inv").join(inv.to_string()),
@@ -316,6 +323,11 @@ impl Outcome {
         }
         if !self.leftovers.is_empty() {
             v.push(format!("processes left behind: {:?}", self.leftovers));
+        }
+        if let Some(n) = self.exits.get("101") {
+            v.push(format!(
+                "{n} commands panicked (exit 101); their stderr is in the kept directory"
+            ));
         }
         if self.holders == 0 {
             v.push("no holder ever wrote: the soak tested nothing".into());
@@ -663,6 +675,10 @@ fn one_invocation(
         }
     }
     let status = run.wait().unwrap();
+    let _ = std::fs::write(
+        dir.join("stderr").join(format!("{inv}.exit")),
+        format!("{status:?} {fate:?}"),
+    );
     Invocation {
         fate,
         exit: status.code(),

@@ -268,9 +268,9 @@ fn sigkill_of_the_watcher_alone_makes_run_stop_the_command_and_exit_70() {
     let mut r = start_family(&redis, "orphaned", &["--ttl", "5s", "--grace", "400ms"]);
     sigkill(r.watcher);
     let status = wait_exit(&mut r.run, Duration::from_secs(10));
-    // run knows the command's group, not the children that left it: those it cannot reach.
-    let in_group = [r.family[0], r.family[1], r.family[3]];
-    let gone = time_until_gone(&in_group, Duration::from_secs(3));
+    // run finds them by their process group and by the LEASEHOLD_NAME and LEASEHOLD_FENCE they
+    // inherited: the child in a session of its own too.
+    let gone = time_until_gone(&r.family, Duration::from_secs(3));
     for &p in &r.family {
         sigkill(p); // before reading stderr: they hold it open
     }

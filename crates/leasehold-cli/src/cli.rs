@@ -22,9 +22,12 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Run a command while holding a lease; stop it if the lease is lost.
     ///
+    /// If `run` itself dies (kill -9, OOM killer), the command's parent, a watcher process, stops it.
+    ///
     /// Exit codes: the command's own (128+N if it died by signal N); 2 bad usage; 69 store unreachable;
-    /// 75 busy (see --busy-exit-code); 76 the lease was lost and the command was stopped;
-    /// 126/127 the command could not be executed / was not found.
+    /// 70 leasehold failed (e.g. its watcher was killed; the command was stopped); 75 busy (see
+    /// --busy-exit-code); 76 the lease was lost and the command was stopped; 126/127 the command could
+    /// not be executed / was not found.
     #[command(
         after_help = "Example: leasehold run --wait 30s --ttl 1m nightly-import -- ./import.sh --full"
     )]
@@ -47,6 +50,8 @@ pub(crate) enum Command {
     VerifyWorker(leasehold_lab::verify::WorkerArgs),
     #[command(name = "__bench-worker", hide = true)]
     BenchWorker(leasehold_lab::bench::WorkerArgs),
+    #[command(name = "__run-watcher", hide = true)]
+    RunWatcher(crate::watcher::WatcherArgs),
 }
 
 /// Where the leases live.
@@ -115,7 +120,8 @@ pub(crate) struct RunArgs {
     /// the command is stopped (exit 76). Default: no cap.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub(crate) max_hold: Option<Duration>,
-    /// After a lost lease: time between SIGTERM and SIGKILL to the command's process group.
+    /// Time between SIGTERM and SIGKILL to the command's process group and everything below it, when
+    /// the lease is lost, when `run` dies, or to what the command left running when it exits.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
     pub(crate) grace: Duration,
     /// Exit code when the lease is busy and no wait is left (like flock -E).
@@ -131,7 +137,8 @@ pub(crate) struct RunArgs {
     /// Lease name (no braces or control characters, at most 256 bytes).
     pub(crate) name: String,
     /// The command and its arguments, after `--`. It gets LEASEHOLD_NAME and LEASEHOLD_FENCE in its
-    /// environment and, unless stdin is a terminal, runs in its own process group.
+    /// environment and, unless stdin is a terminal, runs in its own process group. Its parent is a
+    /// watcher process that stops it if `run` dies.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
 }

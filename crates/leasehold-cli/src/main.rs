@@ -3,8 +3,9 @@
 //! crates.
 //!
 //! Layout: [`cli`] (clap definitions), [`run`] (`leasehold run`: acquire, supervise the command, stop
-//! it on a lost lease), [`inspect`] (`status`, `list`, `release --force`), [`duration`] (human
-//! durations), [`exit`] (exit codes).
+//! it on a lost lease), [`watcher`] (the command's parent process, which stops it when `run` dies),
+//! [`inspect`] (`status`, `list`, `release --force`), [`duration`] (human durations), [`exit`] (exit
+//! codes).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -12,6 +13,7 @@ mod duration;
 mod exit;
 mod inspect;
 mod run;
+mod watcher;
 
 use clap::Parser;
 
@@ -19,7 +21,17 @@ use cli::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The watcher is a small synchronous program: no runtime, no threads but its own.
+    let command = match cli.command {
+        Command::RunWatcher(a) => std::process::exit(watcher::main(a)),
+        other => other,
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(every) = run::thread_churn() {
+        builder.thread_keep_alive(every / 2);
+    }
+    let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("leasehold: cannot start the async runtime: {e}");
@@ -27,7 +39,7 @@ fn main() {
         }
     };
     let result: anyhow::Result<i32> = runtime.block_on(async move {
-        match cli.command {
+        match command {
             Command::Run(a) => Ok(run::run(a).await),
             Command::Status(a) => Ok(inspect::status(a).await),
             Command::List(a) => Ok(inspect::list(a).await),
@@ -38,6 +50,7 @@ fn main() {
             Command::DemoWorker(a) => leasehold_lab::demo::run_worker(a).await,
             Command::VerifyWorker(a) => leasehold_lab::verify::run_worker(a).await,
             Command::BenchWorker(a) => leasehold_lab::bench::run_worker(a).await,
+            Command::RunWatcher(_) => unreachable!("handled before the runtime starts"),
         }
     });
     // Do not wait for background tasks (a dropped lease's release is already sent or expires by TTL).

@@ -1,22 +1,27 @@
 //! `leasehold run NAME -- COMMAND`: the command runs only while this process holds the lease, and is
-//! stopped when the lease is lost.
+//! stopped when the lease is lost or when this process dies.
 //!
 //! Promise: the command is started only after the lease was acquired; when the lease is lost (renewal
 //! failed until the deadline, `--max-hold` reached, or an operator's forced release) the command (its
-//! whole process group when stdin is not a terminal) gets SIGTERM at once and SIGKILL after
-//! `--grace`, and `run` exits 76. Limit: between the moment the lease is really gone and the moment
-//! the command dies, it still runs (up to the lease's drift allowance plus the grace period, longer if
-//! this process itself is paused). Work that must not overlap has to present `LEASEHOLD_FENCE` to a
-//! fenced resource. If `run` itself is SIGKILLed, the command keeps running unsupervised while the
-//! lease expires after one TTL.
+//! whole process group when stdin is not a terminal, and every process descended from it) gets
+//! SIGTERM at once and SIGKILL after `--grace`, and `run` exits 76. The command's parent is a small
+//! watcher process ([`crate::watcher`]): if `run` itself dies, SIGKILL and OOM killer included, the
+//! watcher stops the command the same way at once, and nothing renews the lease, which lapses within
+//! its TTL. When the command exits, whatever it left running is stopped the same way before the lease
+//! is released.
+//!
+//! Limit: between the moment the lease is really gone and the moment the command dies, it still runs
+//! (up to the lease's drift allowance plus the grace period, longer if this process itself is paused:
+//! a paused `run` is alive, so its watcher waits). Work that must not overlap has to present
+//! `LEASEHOLD_FENCE` to a fenced resource. A `kill -9` aimed at both `run` and its watcher leaves the
+//! command running.
 
-use std::io::{ErrorKind, IsTerminal};
+use std::io::IsTerminal;
 use std::time::Duration;
 
-use leasehold::{Error, Lease, LeaseClient, LeaseOptions, LostReason};
+use leasehold::{Error, Fence, Lease, LeaseClient, LeaseOptions, LostReason};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
@@ -24,6 +29,7 @@ use crate::cli::RunArgs;
 use crate::duration::show;
 use crate::exit;
 use crate::inspect::{check_name, connect};
+use crate::watcher::{self, Order, Report, Watcher};
 
 /// The signals `run` passes on to the command's process group: SIGINT, SIGTERM, SIGHUP, SIGQUIT.
 /// Installed before anything else so that a Ctrl-C during the wait for the lease aborts the wait
@@ -166,131 +172,188 @@ fn held_for(remaining: Option<Duration>) -> String {
         .unwrap_or_default()
 }
 
-/// Starts the command, forwards signals, stops it when the lease is lost, releases after it exits.
+/// Test knob: `LEASEHOLD_RUN_THREAD_CHURN=100ms` retires idle runtime threads after half that and
+/// starts a blocking task every period, so threads come and go all the time; a test uses it to show
+/// that nothing about the command's supervision is tied to the thread that started it.
+pub(crate) const THREAD_CHURN_KNOB: &str = "LEASEHOLD_RUN_THREAD_CHURN";
+
+/// The churn period, when the test knob is set to a duration.
+pub(crate) fn thread_churn() -> Option<Duration> {
+    let value = std::env::var(THREAD_CHURN_KNOB).ok()?;
+    crate::duration::parse(&value).ok().filter(|d| !d.is_zero())
+}
+
+/// Starts the command through the watcher, forwards signals, stops the command when the lease is
+/// lost, stops what it left behind when it exits, and releases.
 async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
-    let (program, rest) = args
+    let program = args
         .command
-        .split_first()
-        .expect("clap requires at least one COMMAND word");
-    let mut cmd = Command::new(program);
-    cmd.args(rest)
-        .env("LEASEHOLD_NAME", &args.name)
-        .env("LEASEHOLD_FENCE", lease.fence().to_string());
+        .first()
+        .expect("clap requires at least one COMMAND word")
+        .to_string_lossy()
+        .into_owned();
     // Not on a terminal (cron, systemd, CI): the command gets its own process group, so a lost lease
     // stops the whole tree, not only the direct child. On a terminal it stays in our group, so it can
     // read the terminal (a background group would be stopped by SIGTTIN) and gets Ctrl-C from it.
-    let target = if std::io::stdin().is_terminal() {
-        Target::Process
-    } else {
-        cmd.process_group(0);
-        Target::Group
+    let terminal = std::io::stdin().is_terminal();
+    if let Some(every) = thread_churn() {
+        tokio::spawn(async move {
+            loop {
+                let _ = tokio::task::spawn_blocking(|| ()).await;
+                tokio::time::sleep(every).await;
+            }
+        });
+    }
+    let spec = watcher::Spec {
+        command: &args.command,
+        env: vec![
+            ("LEASEHOLD_NAME", args.name.clone()),
+            ("LEASEHOLD_FENCE", lease.fence().to_string()),
+        ],
+        grace: args.grace,
+        terminal,
     };
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let mut watcher = match Watcher::start(spec).await {
+        Ok(w) => w,
         Err(e) => {
-            let code = match e.kind() {
-                ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::CANNOT_EXECUTE,
-            };
-            eprintln!("leasehold: cannot run {}: {e}", program.to_string_lossy());
+            eprintln!(
+                "leasehold: cannot start the watcher process for the command: {e}; command not run"
+            );
+            release(args, lease, false).await;
+            return exit::SOFTWARE;
+        }
+    };
+    let pid = match watcher.next().await {
+        Some(Report::Started(pid)) => pid,
+        Some(Report::Failed { code, message }) => {
+            eprintln!("leasehold: cannot run {program}: {message}");
+            watcher.reap().await;
             release(args, lease, false).await;
             return code;
         }
+        _ => {
+            // It may have died between starting the command and saying so: look for it.
+            eprintln!(
+                "leasehold: the watcher process died before reporting the command; stopping whatever it started"
+            );
+            stop_without_watcher(None, terminal, &args.name, lease.fence(), args.grace).await;
+            watcher.reap().await;
+            release(args, lease, false).await;
+            return exit::SOFTWARE;
+        }
     };
-    let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
     let lost = lease.lost();
     let mut lost_reason: Option<LostReason> = None;
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
+    let mut exited: Option<i32> = None;
+    let mut stopping = false;
 
-    let status = loop {
+    let watcher_gone = loop {
         tokio::select! {
-            status = child.wait() => break status,
-            reason = lost.fired(), if lost_reason.is_none() => {
+            report = watcher.next() => match report {
+                Some(Report::Exited(code)) => {
+                    exited = Some(code);
+                    if !stopping {
+                        // Whatever the command left running in its group or below it must not
+                        // outlive the lease either.
+                        watcher.send(Order::Stop(args.grace)).await;
+                        stopping = true;
+                    }
+                }
+                Some(Report::Leftovers(n)) => eprintln!(
+                    "leasehold: the command exited but left {n} process(es) running; sending them SIGTERM, SIGKILL in {}",
+                    show(args.grace)
+                ),
+                Some(Report::Killing) => eprintln!(
+                    "leasehold: the command outlived --grace {}; sending SIGKILL",
+                    show(args.grace)
+                ),
+                Some(Report::Stopped) => break false,
+                Some(Report::Started(_) | Report::Failed { .. }) => {}
+                None => break true,
+            },
+            reason = lost.fired(), if lost_reason.is_none() && exited.is_none() => {
                 eprintln!(
                     "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
                     args.name, show(args.grace)
                 );
                 lost_reason = Some(reason);
-                target.send(pid, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + args.grace);
-            }
-            _ = sleep_until_opt(kill_at), if kill_at.is_some() && !killed => {
-                eprintln!("leasehold: the command outlived --grace {}; sending SIGKILL", show(args.grace));
-                target.send(pid, Signal::SIGKILL);
-                killed = true;
+                watcher.send(Order::Stop(args.grace)).await;
+                stopping = true;
             }
             sig = signals.recv() => {
                 // On a terminal, Ctrl-C and Ctrl-\ already reached the command from the terminal.
                 let from_terminal = matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
-                if !(target == Target::Process && from_terminal) {
-                    target.send(pid, sig);
+                if !(terminal && from_terminal) {
+                    watcher.send(Order::Signal(sig)).await;
                 }
             }
         }
     };
-    let code = match status {
-        Ok(st) => exit_code_of(st),
-        Err(e) => {
-            eprintln!("leasehold: lost track of the command: {e}");
-            exit::SOFTWARE
-        }
-    };
+    if watcher_gone {
+        eprintln!(
+            "leasehold: the watcher process (pid {}) died; stopping the command (pid {pid}) from here",
+            watcher.pid().map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+        );
+        stop_without_watcher(
+            Some(Pid::from_raw(pid as i32)),
+            terminal,
+            &args.name,
+            lease.fence(),
+            args.grace,
+        )
+        .await;
+    }
+    watcher.reap().await;
     if lost_reason.is_some() {
-        // The direct child is gone; the rest of its group got SIGTERM too and must not outlive the grace.
-        if target == Target::Group {
-            reap_group(pid, kill_at.unwrap_or_else(Instant::now)).await;
-        }
         release(args, lease, true).await;
         return exit::LOST;
     }
     release(args, lease, false).await;
-    code
+    exited.unwrap_or(exit::SOFTWARE)
 }
 
-/// Whom `run` signals: the command's own process group, or (on a terminal) the command alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
-    Group,
-    Process,
-}
-
-impl Target {
-    fn send(self, pid: Pid, sig: Signal) {
-        let _ = match self {
-            Target::Group => killpg(pid, sig),
-            Target::Process => kill(pid, sig),
-        };
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Waits until the process group is empty, SIGKILLing it at `deadline`.
-async fn reap_group(pgid: Pid, deadline: Instant) {
-    loop {
-        if killpg(pgid, None).is_err() {
-            return; // no process left in the group
+/// The fallback when the watcher is gone: the command is init's child now, so we find its processes
+/// ourselves. Its process group (off a terminal) and every process whose environment names this
+/// holder (`LEASEHOLD_NAME` and `LEASEHOLD_FENCE`, inherited by all it started) get SIGTERM and
+/// SIGCONT, then SIGKILL after the grace. Missed: a process that both left the group and was started
+/// with a cleared environment.
+async fn stop_without_watcher(
+    command: Option<Pid>,
+    terminal: bool,
+    name: &str,
+    fence: Fence,
+    grace: Duration,
+) {
+    let marks = [
+        format!("LEASEHOLD_NAME={name}"),
+        format!("LEASEHOLD_FENCE={fence}"),
+    ];
+    let group = command.filter(|_| !terminal);
+    let send = |sig: Signal| {
+        if let Some(g) = group {
+            let _ = killpg(g, sig);
         }
-        if Instant::now() >= deadline {
-            let _ = killpg(pgid, Signal::SIGKILL);
-            return;
+        for (pid, pgid) in watcher::processes_marked(&marks) {
+            // Each process once: the group's members already got it.
+            if Some(pgid) != group {
+                let _ = kill(pid, sig);
+            }
         }
+    };
+    let alive = || {
+        group.is_some_and(|g| killpg(g, None).is_ok())
+            || !watcher::processes_marked(&marks).is_empty()
+    };
+    send(Signal::SIGTERM);
+    send(Signal::SIGCONT);
+    let deadline = Instant::now() + grace;
+    while alive() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// The command's exit code, or 128 + the signal that killed it (as shells report it).
-fn exit_code_of(st: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    st.code()
-        .or_else(|| st.signal().map(|s| 128 + s))
-        .unwrap_or(exit::SOFTWARE)
+    while alive() && Instant::now() < deadline + Duration::from_secs(5) {
+        send(Signal::SIGKILL);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn release(args: &RunArgs, lease: Lease, already_lost: bool) {

@@ -91,6 +91,11 @@ const SCENES: [(u8, &str); 5] = [
 pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
     let style = Style::detect();
     let started = Instant::now();
+    // First, before anything that can take a moment (starting a redis-server), say what this is.
+    println!(
+        "{}",
+        style.bold("leasehold demo: what a Redis lock can and cannot promise")
+    );
     let (_server, redis_url) = match &args.redis {
         Some(url) => (None, url.clone()),
         None => {
@@ -131,10 +136,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
         style,
     };
 
-    println!(
-        "{}",
-        style.bold("leasehold demo: what a Redis lock can and cannot promise")
-    );
     println!(
         "{}",
         style.dim(&format!(

@@ -158,7 +158,9 @@ async fn pump(
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let writer = async move {
         while let Some((due, chunk)) = rx.recv().await {
-            tokio::time::sleep_until(due).await;
+            if due > Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
             if to.write_all(&chunk).await.is_err() {
                 return;
             }

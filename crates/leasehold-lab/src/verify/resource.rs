@@ -147,6 +147,7 @@ impl Resource {
                 Box::pin(async move {
                     if dialect == Dialect::Sqlite {
                         conn.execute("PRAGMA busy_timeout = 30000").await?;
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
                     }
                     Ok(())
                 })

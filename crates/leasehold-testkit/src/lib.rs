@@ -2,7 +2,7 @@
 //!
 //! * [`RedisServer`]: a private `redis-server` on a free loopback port that can be paused (SIGSTOP),
 //!   resumed, killed, restarted without persistence (it comes back empty), and paired as a replica.
-//! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, restore, switch upstream).
+//! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, blackhole, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
 //! * [`postgres_url`]: where tests find PostgreSQL.
 //!

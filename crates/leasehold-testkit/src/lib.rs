@@ -1,7 +1,9 @@
 //! Real servers for leasehold's tests, its demo and its fault-injection verifier.
 //!
 //! * [`RedisServer`]: a private `redis-server` on a free loopback port that can be paused (SIGSTOP),
-//!   resumed, killed, restarted without persistence (it comes back empty), and paired as a replica.
+//!   resumed, killed, restarted without persistence (it comes back empty), paired as a replica, and
+//!   started under a fake wall clock that can jump forward ([`RedisServerBuilder::fake_clock`],
+//!   libfaketime).
 //! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, blackhole, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
 //! * [`postgres_url`]: where tests find PostgreSQL.
@@ -13,7 +15,7 @@ mod proxy;
 mod redis_server;
 
 pub use proxy::Proxy;
-pub use redis_server::{redis_server_available, RedisServer, RedisServerBuilder};
+pub use redis_server::{libfaketime_path, redis_server_available, RedisServer, RedisServerBuilder};
 
 use std::net::TcpListener;
 

@@ -32,6 +32,8 @@ pub(crate) struct Timeline {
     pub(crate) writes: Vec<(i64, i64, bool)>,
     /// Stale writes the resource refused: (time, slot, fence).
     pub(crate) refusals: Vec<(i64, u32, i64)>,
+    /// Lock waits that gave up: (start, end, slot).
+    pub(crate) stalls: Vec<(i64, i64, u32)>,
     pub(crate) uses_lock: bool,
 }
 
@@ -67,10 +69,13 @@ pub(crate) fn table(results: &[CellResult]) -> String {
     ]];
     for r in results {
         let (ops, faults, violations, overlaps) = cell_text(r);
-        let violations = match r.violations {
+        let mut violations = match r.violations {
             Some(v) if v > 0 => format!("{v} {}", r.violation_kind),
             _ => violations,
         };
+        if r.stalled() {
+            violations.push_str(" + STALLED");
+        }
         let refused = if r.status == CellStatus::Ran {
             format!("{} stale / {} guard", r.refused_stale, r.refused_by_guard)
         } else {
@@ -117,6 +122,30 @@ pub(crate) fn table(results: &[CellResult]) -> String {
         }
     }
     out
+}
+
+/// One line of totals over the cells that ran.
+pub(crate) fn totals(results: &[CellResult], wall: Duration) -> String {
+    let ran: Vec<&CellResult> = results
+        .iter()
+        .filter(|r| r.status == CellStatus::Ran)
+        .collect();
+    let sum = |f: fn(&CellResult) -> u64| ran.iter().map(|r| f(r)).sum::<u64>();
+    let count = |s: CellStatus| results.iter().filter(|r| r.status == s).count();
+    format!(
+        "{} cells: {} ran, {} not applicable, {} skipped, {} could not run; {} operations, {} faults injected, {} violations (all in unsafe cells unless FAILED is printed), {} stale writes refused by a fence, {} stalled cells; wall time {:.1} s",
+        results.len(),
+        ran.len(),
+        count(CellStatus::NotApplicable),
+        count(CellStatus::Skipped),
+        count(CellStatus::Error),
+        sum(|r| r.operations),
+        sum(|r| r.faults_injected),
+        sum(|r| r.violations.unwrap_or(0)),
+        sum(|r| r.refused_stale),
+        ran.iter().filter(|r| r.stalled()).count(),
+        wall.as_secs_f64()
+    )
 }
 
 fn esc(s: &str) -> String {
@@ -228,6 +257,17 @@ pub(crate) fn svg(t: &Timeline) -> String {
             }
         );
     }
+    for &(a, b, slot) in &t.stalls {
+        let y = row_y(slot as i64);
+        let _ = write!(
+            s,
+            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="6" fill="#e08a00" fill-opacity="0.8"><title>worker {slot} waited {} ms for a lock nobody freed</title></rect>"##,
+            x(a),
+            y + 4.0,
+            (x(b) - x(a)).max(1.5),
+            b - a
+        );
+    }
     for &(at, slot, fence) in &t.refusals {
         let y = row_y(slot as i64) + 20.0;
         let cx = x(at);
@@ -276,6 +316,20 @@ pub(crate) fn svg(t: &Timeline) -> String {
 }
 
 fn badge(r: &CellResult) -> String {
+    if r.status == CellStatus::Ran && r.stalled() {
+        return format!(
+            r#"<td class="stall" title="{} ops, {} faults injected; {} lock waits gave up{}">{} + stalled</td>"#,
+            r.operations,
+            r.faults_injected,
+            r.stalls,
+            if r.lock_without_expiry {
+                "; lock held with no expiry"
+            } else {
+                ""
+            },
+            r.violations.unwrap_or(0)
+        );
+    }
     match (r.status, r.violations) {
         (CellStatus::Ran, Some(0)) => format!(
             r#"<td class="ok" title="{} ops, {} faults injected">0</td>"#,
@@ -309,7 +363,7 @@ h1{margin:0 0 4px 0;font-size:26px} h2{margin-top:28px;font-size:19px} h3{font-s
 .verdict{padding:8px 12px;border-radius:6px;display:inline-block;font-weight:600}
 .pass{background:#e4f5e4;color:#1d6b1d}.fail{background:#fde2e1;color:#a31b15}
 table{border-collapse:collapse;margin:6px 0 14px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:center;font-size:13px}
-th{background:#f3f3f3} td.ok{background:#dff3df} td.bad{background:#f7c9c6;font-weight:700} td.na{color:#999;background:#fafafa} td.err{background:#ffe9b3}
+th{background:#f3f3f3} td.ok{background:#dff3df} td.bad{background:#f7c9c6;font-weight:700} td.na{color:#999;background:#fafafa} td.err{background:#ffe9b3} td.stall{background:#ffd08a;font-weight:700}
 td.name{text-align:left;font-family:monospace} .legend span{margin-right:16px;font-size:13px}
 .sw{display:inline-block;width:14px;height:10px;vertical-align:middle;margin-right:4px}
 details{margin:4px 0} summary{cursor:pointer;font-family:monospace}
@@ -317,10 +371,9 @@ code{background:#f3f3f3;padding:1px 4px}
 </style></head><body>"##);
     let _ = write!(
         p,
-        "<h1>leasehold verify</h1><p><code>{}</code> — {} cells, {:.0} s wall time.</p>",
+        "<h1>leasehold verify</h1><p><code>{}</code></p><p>{}.</p>",
         esc(command),
-        results.len(),
-        wall.as_secs_f64()
+        esc(&totals(results, wall))
     );
     if failed.is_empty() {
         p.push_str(
@@ -333,7 +386,7 @@ code{background:#f3f3f3;padding:1px 4px}
             failed.len()
         );
     }
-    p.push_str("<p>Each number is the invariant violations counted from what the database accepted (its history table), not from what the workers claimed. Green: 0. Red: the strategy let bad data in. <b>safe</b> marks the strategies leasehold documents as safe by design (lease + fence at the resource, database guards).</p>");
+    p.push_str("<p>Each number is the invariant violations counted from what the database accepted (its history table), not from what the workers claimed. Green: 0. Red: the strategy let bad data in. Orange, <i>+ stalled</i>: the lock stopped being free for anyone (a lock wait gave up, or the lock was held with no expiry), a liveness failure counted apart from the data. <b>safe</b> marks the strategies leasehold documents as safe by design (lease + fence at the resource, database guards).</p>");
 
     let faults: Vec<Fault> = Fault::value_variants()
         .iter()
@@ -382,7 +435,7 @@ code{background:#f3f3f3;padding:1px 4px}
     }
 
     p.push_str("<h2>Timelines: who held the lease when</h2>");
-    p.push_str(r##"<p class="legend"><span><span class="sw" style="background:#3b73b9"></span>a worker holding the lease (its own account)</span><span><span class="sw" style="background:#e0302a;opacity:.4"></span>two holders at once</span><span><span class="sw" style="background:repeating-linear-gradient(45deg,#999 0 3px,#fff 3px 6px)"></span>fault</span><span><span class="sw" style="background:#2a8a2a;width:3px"></span>accepted write</span><span><span class="sw" style="background:#d0201a;width:4px"></span>write that broke the invariant</span><span><b>✕</b> stale write refused by the fence</span></p>"##);
+    p.push_str(r##"<p class="legend"><span><span class="sw" style="background:#3b73b9"></span>a worker holding the lease (its own account)</span><span><span class="sw" style="background:#e0302a;opacity:.4"></span>two holders at once</span><span><span class="sw" style="background:repeating-linear-gradient(45deg,#999 0 3px,#fff 3px 6px)"></span>fault</span><span><span class="sw" style="background:#2a8a2a;width:3px"></span>accepted write</span><span><span class="sw" style="background:#d0201a;width:4px"></span>write that broke the invariant</span><span><b>✕</b> stale write refused by the fence</span><span><span class="sw" style="background:#e08a00"></span>a lock wait that gave up (stall)</span></p>"##);
     let mut first = true;
     for r in results {
         let Some(t) = &r.timeline else { continue };
@@ -405,17 +458,18 @@ code{background:#f3f3f3;padding:1px 4px}
         );
     }
 
-    p.push_str("<h2>All cells</h2><table><tr><th>workload</th><th>fault</th><th>strategy</th><th>safe by design</th><th>operations</th><th>faults injected</th><th>violations</th><th>overlapping holders</th><th>accepted</th><th>refused stale</th><th>refused by guard</th><th>note</th></tr>");
+    p.push_str("<h2>All cells</h2><table><tr><th>workload</th><th>fault</th><th>strategy</th><th>safe by design</th><th>operations</th><th>faults injected</th><th>violations</th><th>stalls</th><th>overlapping holders</th><th>accepted</th><th>refused stale</th><th>refused by guard</th><th>note</th></tr>");
     for r in results {
         let (ops, faults, _, overlaps) = cell_text(r);
         let _ = write!(
             p,
-            r#"<tr><td class="name">{}</td><td class="name">{}</td><td class="name">{}</td><td>{}</td><td>{ops}</td><td>{faults}</td>{}<td>{overlaps}</td><td>{}</td><td>{}</td><td>{}</td><td style="text-align:left">{}</td></tr>"#,
+            r#"<tr><td class="name">{}</td><td class="name">{}</td><td class="name">{}</td><td>{}</td><td>{ops}</td><td>{faults}</td>{}<td>{}</td><td>{overlaps}</td><td>{}</td><td>{}</td><td>{}</td><td style="text-align:left">{}</td></tr>"#,
             r.workload,
             r.fault,
             r.strategy,
             if r.safe_by_design { "yes" } else { "no" },
             badge(r),
+            r.stalls,
             r.accepted_writes,
             r.refused_stale,
             r.refused_by_guard,

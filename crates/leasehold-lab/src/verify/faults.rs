@@ -187,3 +187,48 @@ impl Cell<'_> {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use leasehold::lease::{LeaseClient, LeaseOptions};
+    use leasehold_testkit::RedisServer;
+
+    /// What a forward clock jump does to a leasehold lease: the lock expires early (Redis expires by
+    /// its wall clock), so a second holder gets it while the first still counts on it, and the
+    /// fence rule `max(stored + 1, server time in µs)` hands the second holder a fence raised by the
+    /// jump. A forward jump only raises fences, so a fenced resource still refuses the first holder.
+    #[tokio::test]
+    async fn a_forward_clock_jump_expires_a_lease_early_and_only_raises_fences() {
+        let mut server =
+            tokio::task::spawn_blocking(|| RedisServer::builder().fake_clock().start())
+                .await
+                .unwrap()
+                .expect(
+                    "a fake-clock redis-server (needs libfaketime: apt-get install -y faketime)",
+                );
+        let first = LeaseClient::connect(&server.url()).await.unwrap();
+        let second = LeaseClient::connect(&server.url()).await.unwrap();
+        let opts = LeaseOptions::with_ttl(Duration::from_secs(30)).unwrap();
+        let held = first.try_acquire("job", &opts).await.unwrap();
+        assert!(
+            second.try_acquire("job", &opts).await.is_err(),
+            "the lease is held for 30 s before the jump"
+        );
+
+        let jump = Duration::from_secs(60);
+        server.jump_clock(jump).unwrap();
+        let taken = second
+            .try_acquire("job", &opts)
+            .await
+            .expect("after a 60 s jump the 30 s lease has expired on the server");
+        let (old, new) = (held.fence().as_i64(), taken.fence().as_i64());
+        assert!(
+            new >= old + jump.as_micros() as i64 - 5_000_000,
+            "the new fence follows the jumped server clock: {old} -> {new}"
+        );
+        drop(held);
+        taken.release().await.unwrap();
+    }
+}

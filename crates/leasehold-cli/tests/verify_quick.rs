@@ -131,7 +131,9 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
         );
     }
     // No strategy documented as safe ever leaves the lock unavailable.
-    for c in cells(&json, |c| c["safe_by_design"] == true && c["status"] == "ran") {
+    for c in cells(&json, |c| {
+        c["safe_by_design"] == true && c["status"] == "ran"
+    }) {
         assert_eq!(c["stalls"], 0, "{c}");
         assert_eq!(c["lock_without_expiry"], false, "{c}");
     }

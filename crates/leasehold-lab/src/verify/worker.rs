@@ -126,7 +126,7 @@ pub(crate) fn lock_key(strategy: Strategy, key: &str) -> Option<String> {
 
 /// The lock a strategy takes before its critical section.
 enum Locker {
-    /// `SETNX key 1` then `PEXPIRE key ttl` (two commands), released with `DEL`.
+    /// `SETNX key token` then `PEXPIRE key ttl` (two commands), released with `DEL`.
     Naive {
         con: ConnectionManager,
         key: String,
@@ -530,7 +530,7 @@ async fn critical_section(
         });
         return Ok(());
     }
-    let plan = resource.read(args.workload, op).await?;
+    let plan = resource.read(args.workload).await?;
     // The harness's faults land here: inside the critical section, after the read, before a write
     // that depends on it (an operation with nothing to write cannot be hurt, so it does not stop).
     if !matches!(plan, Plan::Skip) && control.hold_next.swap(false, Ordering::SeqCst) {

@@ -12,7 +12,9 @@ use anyhow::Context as _;
 use super::checker::{self, Interval};
 use super::faults::applicability;
 use super::resource::{Outcome, Resource};
-use super::rig::{spawn_worker, split_redis_url, Log, RedisSetup, WorkerProc, WorkerSpec};
+use super::rig::{
+    spawn_worker, split_redis_url, LockStory, Log, RedisSetup, WorkerProc, WorkerSpec,
+};
 use super::worker::{lock_key, now_ms, Event};
 use super::{report, Fault, Strategy, VerifyArgs, Workload};
 
@@ -112,7 +114,7 @@ impl CellResult {
     }
 
     /// Whether a strategy documented as safe failed here.
-    fn broke_a_promise(&self) -> bool {
+    pub(crate) fn broke_a_promise(&self) -> bool {
         self.safe_by_design && (self.violations.unwrap_or(0) > 0 || self.stalled())
     }
 }
@@ -500,7 +502,13 @@ impl Cell<'_> {
             "lock held with no expiry {} (same token, PTTL -1, at two looks 100 ms apart)",
             stuck.seen
         );
-        if let Some((slot, op, at, released)) = self.log.lock_taken_with(&stuck.token) {
+        if let Some(LockStory {
+            slot,
+            op,
+            taken_ms: at,
+            released,
+        }) = self.log.lock_taken_with(&stuck.token)
+        {
             let rel = |t: i64| match stuck.cut_ms {
                 Some(cut) => format!("{:+} ms from the replication cut", t - cut),
                 None => format!("at {t} ms"),

@@ -352,10 +352,7 @@ fn badge(r: &CellResult) -> String {
 /// The whole HTML page.
 pub(crate) fn html(results: &[CellResult], command: &str, wall: Duration) -> String {
     use clap::ValueEnum as _;
-    let failed: Vec<&CellResult> = results
-        .iter()
-        .filter(|r| r.safe_by_design && r.violations.unwrap_or(0) > 0)
-        .collect();
+    let failed: Vec<&CellResult> = results.iter().filter(|r| r.broke_a_promise()).collect();
     let mut p = String::new();
     p.push_str(r##"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>leasehold verify</title><style>
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
@@ -377,12 +374,12 @@ code{background:#f3f3f3;padding:1px 4px}
     );
     if failed.is_empty() {
         p.push_str(
-            r#"<p class="verdict pass">Every strategy documented as safe showed 0 violations.</p>"#,
+            r#"<p class="verdict pass">Every strategy documented as safe showed 0 violations and no stall.</p>"#,
         );
     } else {
         let _ = write!(
             p,
-            r#"<p class="verdict fail">{} cell(s) of a strategy documented as safe showed violations.</p>"#,
+            r#"<p class="verdict fail">{} cell(s) of a strategy documented as safe showed violations or a stall.</p>"#,
             failed.len()
         );
     }

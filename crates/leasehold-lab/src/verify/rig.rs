@@ -345,12 +345,8 @@ impl Log {
             .unwrap_or(0)
     }
 
-    /// Who took the lock with `token` (slot, op, when), and when they released it and how that
-    /// went (a lock deleted, or the error), if they did.
-    pub(crate) fn lock_taken_with(
-        &self,
-        token: &str,
-    ) -> Option<(u32, u64, i64, Option<(i64, Result<bool, String>)>)> {
+    /// Who took the lock with `token`, and what became of its release.
+    pub(crate) fn lock_taken_with(&self, token: &str) -> Option<LockStory> {
         let events = self.events.lock().ok()?;
         let (i, slot, op, at) = events
             .iter()
@@ -373,7 +369,12 @@ impl Log {
             } if *s == slot && *o == op => Some((*at_ms, error.clone().map_or(Ok(*ok), Err))),
             _ => None,
         });
-        Some((slot, op, at, released))
+        Some(LockStory {
+            slot,
+            op,
+            taken_ms: at,
+            released,
+        })
     }
 
     pub(crate) fn ready_count(&self) -> usize {
@@ -386,6 +387,17 @@ impl Log {
             })
             .unwrap_or(0)
     }
+}
+
+/// One holder's lock, as its worker told it.
+#[derive(Debug)]
+pub(crate) struct LockStory {
+    pub(crate) slot: u32,
+    pub(crate) op: u64,
+    /// When the lock was taken (after the whole acquire, e.g. `SETNX` then `PEXPIRE`).
+    pub(crate) taken_ms: i64,
+    /// When the holder released it, and how that went: a lock deleted or not, or the error.
+    pub(crate) released: Option<(i64, Result<bool, String>)>,
 }
 
 /// What a worker process is started with.

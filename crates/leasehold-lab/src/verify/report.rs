@@ -208,53 +208,86 @@ pub(crate) fn svg(t: &Timeline) -> String {
             esc(&f.label)
         );
     }
-    for iv in &t.intervals {
-        let y = row_y(iv.slot as i64);
-        let color = SLOT_COLORS[iv.slot as usize % SLOT_COLORS.len()];
-        let _ = write!(
-            s,
-            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="12" fill="{color}" fill-opacity="0.75"><title>worker {} held the lease {}–{} ms{}</title></rect>"#,
-            x(iv.start_ms),
-            y + 14.0,
-            (x(iv.end_ms) - x(iv.start_ms)).max(1.0),
-            iv.slot,
-            iv.start_ms - t.start_ms,
-            iv.end_ms - t.start_ms,
-            if iv.fence > 0 {
-                format!(", fence {}", iv.fence)
+    // Holds, overlaps and writes less than a pixel apart are drawn as one: a full run's cell has
+    // thousands of each, far below what a pixel can show, and drawn one by one they made a page of
+    // tens of megabytes.
+    let gap = ((span / (width - left - right)) as i64).max(1);
+    for slot in 0..t.slots {
+        let y = row_y(slot as i64);
+        let color = SLOT_COLORS[slot as usize % SLOT_COLORS.len()];
+        let mine: Vec<&Interval> = t.intervals.iter().filter(|iv| iv.slot == slot).collect();
+        for run in merge(mine.iter().map(|iv| (iv.start_ms, iv.end_ms)), gap) {
+            let what = if run.count == 1 {
+                let fence = mine
+                    .iter()
+                    .find(|iv| iv.start_ms == run.start)
+                    .map(|iv| iv.fence)
+                    .filter(|f| *f > 0)
+                    .map(|f| format!(", fence {f}"))
+                    .unwrap_or_default();
+                format!(
+                    "held the lease {}–{} ms{fence}",
+                    run.start - t.start_ms,
+                    run.end - t.start_ms
+                )
             } else {
-                String::new()
-            }
-        );
+                format!(
+                    "held the lease {} times between {} and {} ms",
+                    run.count,
+                    run.start - t.start_ms,
+                    run.end - t.start_ms
+                )
+            };
+            let _ = write!(
+                s,
+                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="12" fill="{color}" fill-opacity="0.75"><title>worker {slot} {what}</title></rect>"#,
+                x(run.start),
+                y + 14.0,
+                (x(run.end) - x(run.start)).max(1.0),
+            );
+        }
     }
-    for &(a, b) in &t.overlaps {
+    for run in merge(t.overlaps.iter().copied(), gap) {
         let _ = write!(
             s,
             r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#e0302a" fill-opacity="0.28"><title>two holders at once</title></rect>"##,
-            x(a),
-            (x(b) - x(a)).max(1.5),
+            x(run.start),
+            (x(run.end) - x(run.start)).max(1.5),
             row_h * t.slots as f64
         );
     }
+    for slot in 0..t.slots as i64 {
+        let y = row_y(slot);
+        // Accepted writes: one path of ticks per worker, one tick per pixel column.
+        let mut columns: Vec<i64> = t
+            .writes
+            .iter()
+            .filter(|&&(_, writer, bad)| writer == slot && !bad)
+            .map(|&(at, _, _)| x(at).round() as i64)
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        if !columns.is_empty() {
+            let mut d = String::new();
+            for cx in &columns {
+                let _ = write!(d, "M{cx} {:.0}V{:.0}", y + 22.0, y + 30.0);
+            }
+            let _ = write!(
+                s,
+                r##"<path d="{d}" stroke="#2a8a2a" stroke-width="1"><title>accepted writes</title></path>"##
+            );
+        }
+    }
     for &(at, writer, bad) in &t.writes {
-        let y = row_y(writer);
-        let (color, h) = if bad {
-            ("#d0201a", 14.0)
-        } else {
-            ("#2a8a2a", 6.0)
-        };
+        if !bad {
+            continue;
+        }
         let _ = write!(
             s,
-            r#"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="{color}" stroke-width="{3}"><title>{4}</title></line>"#,
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="#d0201a" stroke-width="2.5"><title>accepted write that broke the invariant</title></line>"##,
             x(at),
-            y + 28.0 - h,
-            y + 30.0,
-            if bad { 2.5 } else { 1.0 },
-            if bad {
-                "accepted write that broke the invariant"
-            } else {
-                "accepted write"
-            }
+            row_y(writer) + 14.0,
+            row_y(writer) + 30.0,
         );
     }
     for &(a, b, slot) in &t.stalls {
@@ -313,6 +346,34 @@ pub(crate) fn svg(t: &Timeline) -> String {
     }
     s.push_str("</svg>");
     s
+}
+
+/// Spans merged where less than `gap` apart, with how many went into each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    start: i64,
+    end: i64,
+    count: usize,
+}
+
+fn merge(spans: impl Iterator<Item = (i64, i64)>, gap: i64) -> Vec<Run> {
+    let mut spans: Vec<(i64, i64)> = spans.collect();
+    spans.sort_unstable();
+    let mut runs: Vec<Run> = Vec::new();
+    for (start, end) in spans {
+        match runs.last_mut() {
+            Some(last) if start <= last.end + gap => {
+                last.end = last.end.max(end);
+                last.count += 1;
+            }
+            _ => runs.push(Run {
+                start,
+                end,
+                count: 1,
+            }),
+        }
+    }
+    runs
 }
 
 fn badge(r: &CellResult) -> String {
@@ -475,4 +536,34 @@ code{background:#f3f3f3;padding:1px 4px}
     }
     p.push_str("</table></body></html>\n");
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_closer_than_the_gap_are_drawn_as_one() {
+        let runs = merge([(10, 20), (0, 5), (21, 30), (40, 50)].into_iter(), 2);
+        assert_eq!(
+            runs,
+            vec![
+                Run {
+                    start: 0,
+                    end: 5,
+                    count: 1
+                },
+                Run {
+                    start: 10,
+                    end: 30,
+                    count: 2
+                },
+                Run {
+                    start: 40,
+                    end: 50,
+                    count: 1
+                },
+            ]
+        );
+    }
 }

@@ -64,6 +64,8 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
         "operations",
         "faults_injected",
         "violations",
+        "stalls",
+        "lock_without_expiry",
         "safe_by_design",
     ] {
         assert!(
@@ -106,13 +108,35 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
             "{s} must show lost updates under a pause: {c}"
         );
     }
-    // The fence did its job by refusing stale writes, not because nothing happened.
-    let fenced = cells(&json, |c| {
-        c["strategy"] == "lease-fence" && c["fault"] == "pause" && c["workload"] == "counter"
-    })
-    .next()
-    .unwrap();
-    assert!(fenced["refused_stale"].as_u64().unwrap() > 0, "{fenced}");
+    // The fence did its job by refusing stale writes, not because nothing happened: under the
+    // pause, and under the two partial faults a client cannot see coming, a network that swallows
+    // its packets and a Redis clock that jumps past the TTL.
+    for fault in ["pause", "net-blackhole", "clock-jump"] {
+        let fenced = cells(&json, |c| {
+            c["strategy"] == "lease-fence" && c["fault"] == fault && c["workload"] == "counter"
+        })
+        .next()
+        .unwrap();
+        assert_eq!(fenced["status"], "ran", "{fenced}");
+        assert!(fenced["faults_injected"].as_u64().unwrap() >= 1, "{fenced}");
+        assert!(fenced["refused_stale"].as_u64().unwrap() > 0, "{fenced}");
+        let naive = cells(&json, |c| {
+            c["strategy"] == "naive" && c["fault"] == fault && c["workload"] == "counter"
+        })
+        .next()
+        .unwrap();
+        assert!(
+            naive["violations"].as_u64().unwrap() > 0,
+            "the naive lock must lose updates under {fault}: {naive}"
+        );
+    }
+    // No strategy documented as safe ever leaves the lock unavailable.
+    for c in cells(&json, |c| {
+        c["safe_by_design"] == true && c["status"] == "ran"
+    }) {
+        assert_eq!(c["stalls"], 0, "{c}");
+        assert_eq!(c["lock_without_expiry"], false, "{c}");
+    }
     // The database guards held by refusing the paused worker's stale conditional write.
     let guarded = cells(&json, |c| {
         c["strategy"] == "db-guards" && c["fault"] == "pause" && c["workload"] == "counter"

@@ -1,25 +1,21 @@
 //! Runs the cells: starts Redis (or uses the user's) behind one proxy per worker, sets up the
-//! resource, spawns the worker processes, injects the cell's fault, stops the workers and hands the
-//! recorded history to the checker.
+//! resource, spawns the worker processes, injects the cell's fault several times, stops the workers
+//! and hands the recorded history to the checker.
 
 use std::io::IsTerminal as _;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-use tokio::process::{Child, ChildStdin, Command};
-
-use leasehold_testkit::{Proxy, RedisServer};
 
 use super::checker::{self, Interval};
+use super::faults::applicability;
 use super::resource::{Outcome, Resource};
-use super::worker::{now_ms, Event};
+use super::rig::{
+    spawn_worker, split_redis_url, LockStory, Log, RedisSetup, WorkerProc, WorkerSpec,
+};
+use super::worker::{lock_key, now_ms, Event};
 use super::{report, Fault, Strategy, VerifyArgs, Workload};
 
 /// Whether a cell ran, and if not, why.
@@ -30,7 +26,8 @@ pub enum CellStatus {
     Ran,
     /// The fault cannot apply to this strategy (e.g. a Redis fault when no Redis is used).
     NotApplicable,
-    /// The fault needs a server the harness can kill, and the user's server was given.
+    /// The fault needs something this run does not have: a server the harness can kill (the user's
+    /// was given), or libfaketime for a clock jump.
     Skipped,
     /// The cell could not run (see `note`).
     Error,
@@ -55,6 +52,12 @@ pub struct CellResult {
     pub violations: Option<u64>,
     /// What a violation is for this workload.
     pub violation_kind: &'static str,
+    /// Lock waits that gave up after the stall limit: nobody could take the lock for that long.
+    /// A liveness failure, counted apart from the violations of the data.
+    pub stalls: u64,
+    /// Whether the harness saw the lock held with no expiry (the same holder, no TTL, at two looks
+    /// 100 ms apart): a lock that nothing but an explicit delete will ever free.
+    pub lock_without_expiry: bool,
     /// Writes the resource accepted.
     pub accepted_writes: u64,
     /// Writes the resource refused because their fence was stale.
@@ -64,7 +67,7 @@ pub struct CellResult {
     /// Pairs of lease holding intervals that overlapped, as the workers reported them
     /// (informational; `null` without a lock).
     pub overlapping_holders: Option<u64>,
-    /// Whether leasehold documents the strategy as safe (then any violation fails the run).
+    /// Whether leasehold documents the strategy as safe (then any violation or stall fails the run).
     pub safe_by_design: bool,
     /// Why a cell did not run, or what went wrong.
     pub note: String,
@@ -92,6 +95,8 @@ impl CellResult {
             faults_injected: 0,
             violations: None,
             violation_kind: checker::violation_kind(workload),
+            stalls: 0,
+            lock_without_expiry: false,
             accepted_writes: 0,
             refused_stale: 0,
             refused_by_guard: 0,
@@ -102,17 +107,35 @@ impl CellResult {
             timeline: None,
         }
     }
+
+    /// Whether the lock stopped being available to anyone (a stall or a lock that never expires).
+    pub fn stalled(&self) -> bool {
+        self.stalls > 0 || self.lock_without_expiry
+    }
+
+    /// Whether a strategy documented as safe failed here.
+    pub(crate) fn broke_a_promise(&self) -> bool {
+        self.safe_by_design && (self.violations.unwrap_or(0) > 0 || self.stalled())
+    }
 }
 
-/// Timings of one cell, derived from the lease TTL.
+/// Timings of one cell, derived from the lease TTL. Every cell runs the same timeline: warm-up,
+/// then per injection a gap and a fault window, then a cool-down.
 #[derive(Debug, Clone, Copy)]
-struct Timing {
-    ttl: Duration,
+pub(crate) struct Timing {
+    pub(crate) ttl: Duration,
     warmup: Duration,
     gap: Duration,
-    hold: Duration,
+    /// How long a fault lasts (and how far a clock jumps): three lease TTLs, so the target's lock
+    /// has surely expired and another worker has had time to take it and write.
+    pub(crate) hold: Duration,
     cooldown: Duration,
     injections: u32,
+    /// How long to wait for some worker to reach a write inside its critical section.
+    target_wait: Duration,
+    /// A lock wait longer than this is a stall. Far above any wait the faults cause by design
+    /// (a fault window plus a TTL plus a waiter's jitter, about 1 s at the default TTL).
+    pub(crate) stall_after: Duration,
 }
 
 impl Timing {
@@ -120,32 +143,35 @@ impl Timing {
         let ttl = Duration::from_millis(args.ttl_ms);
         Self {
             ttl,
-            warmup: Duration::from_millis(300).max(ttl),
-            gap: Duration::from_millis(250).max(ttl),
+            warmup: Duration::from_millis(200).max(ttl),
+            gap: Duration::from_millis(100).max(ttl / 2),
             hold: ttl * 3,
-            cooldown: Duration::from_millis(300).max(ttl),
-            injections: args.injections.unwrap_or(if args.quick { 1 } else { 2 }),
+            cooldown: Duration::from_millis(200).max(ttl),
+            injections: args.injections.unwrap_or(if args.quick { 1 } else { 7 }),
+            target_wait: Duration::from_secs(2).max(ttl * 10),
+            stall_after: Duration::from_secs(5).max(ttl * 25),
         }
     }
 
-    /// A generous estimate of one cell's wall time, for the announcement.
+    /// An estimate of one cell's wall time, for the announcement: the timeline plus what starting
+    /// servers and workers and stopping them takes on a busy 2-core machine.
     fn estimate(&self) -> Duration {
-        Duration::from_millis(900)
+        Duration::from_millis(300)
             + self.warmup
-            + (self.gap + self.hold + Duration::from_millis(100)) * self.injections
+            + (self.gap + self.hold + Duration::from_millis(60)) * self.injections
             + self.cooldown
     }
 }
 
 /// Everything shared by the cells of one run.
 #[derive(Debug)]
-struct RunContext {
-    exe: PathBuf,
-    database: String,
+pub(crate) struct RunContext {
+    pub(crate) exe: PathBuf,
+    pub(crate) database: String,
     run_id: String,
-    user_redis: Option<String>,
-    workers: u32,
-    timing: Timing,
+    pub(crate) user_redis: Option<String>,
+    pub(crate) workers: u32,
+    pub(crate) timing: Timing,
     /// Keeps the default SQLite file alive for the run.
     _tmp: Option<tempfile::TempDir>,
 }
@@ -180,30 +206,6 @@ fn plan(args: &VerifyArgs) -> Vec<(Workload, Fault, Strategy)> {
         }
     }
     cells
-}
-
-fn applicability(
-    fault: Fault,
-    strategy: Strategy,
-    user_redis: bool,
-) -> Option<(CellStatus, String)> {
-    let redis_fault = matches!(
-        fault,
-        Fault::RedisRestart | Fault::Failover | Fault::NetDelay | Fault::NetCut
-    );
-    if redis_fault && !strategy.uses_redis() {
-        return Some((
-            CellStatus::NotApplicable,
-            "not applicable: this strategy uses no Redis".into(),
-        ));
-    }
-    if user_redis && matches!(fault, Fault::RedisRestart | Fault::Failover) {
-        return Some((
-            CellStatus::Skipped,
-            "skipped: needs a Redis the harness can kill (--redis was given)".into(),
-        ));
-    }
-    None
 }
 
 /// Runs `leasehold verify`.
@@ -256,14 +258,14 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
         .count();
     let estimate = ctx.timing.estimate() * runnable as u32;
     eprintln!(
-        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell; about {} s.",
+        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell; {}.",
         cells.len(),
         runnable,
         cells.len() - runnable,
         ctx.workers,
         args.ttl_ms,
         ctx.timing.injections,
-        estimate.as_secs().max(1)
+        human(estimate)
     );
     let bar = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(cells.len() as u64);
@@ -317,8 +319,15 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
             cells.len(),
             match (result.status, result.violations) {
                 (CellStatus::Ran, Some(v)) => format!(
-                    "{} ops, {} faults, {v} {}",
-                    result.operations, result.faults_injected, result.violation_kind
+                    "{} ops, {} faults, {v} {}{}",
+                    result.operations,
+                    result.faults_injected,
+                    result.violation_kind,
+                    if result.stalled() {
+                        ", STALLED (lock never freed)"
+                    } else {
+                        ""
+                    }
                 ),
                 _ => result.note.clone(),
             }
@@ -339,7 +348,7 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
     }
     let wall = started.elapsed();
     println!("{}", report::table(&results));
-    println!("wall time: {:.1} s", wall.as_secs_f64());
+    println!("{}", report::totals(&results, wall));
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&results)?;
         std::fs::write(path, json)
@@ -353,19 +362,21 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
         std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("report: {}", path.display());
     }
-    let unsafe_safe: Vec<&CellResult> = results
-        .iter()
-        .filter(|r| r.safe_by_design && r.violations.unwrap_or(0) > 0)
-        .collect();
-    if !unsafe_safe.is_empty() {
-        for r in &unsafe_safe {
+    let broken: Vec<&CellResult> = results.iter().filter(|r| r.broke_a_promise()).collect();
+    if !broken.is_empty() {
+        for r in &broken {
             eprintln!(
-                "FAILED: {} × {} × {} is documented as safe but showed {} {}",
+                "FAILED: {} × {} × {} is documented as safe but showed {} {}{}",
                 r.workload,
                 r.fault,
                 r.strategy,
                 r.violations.unwrap_or(0),
-                r.violation_kind
+                r.violation_kind,
+                if r.stalled() {
+                    " and a lock nobody could take"
+                } else {
+                    ""
+                }
             );
         }
         return Ok(1);
@@ -379,6 +390,16 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
         return Ok(2);
     }
     Ok(0)
+}
+
+/// "about 95 s" or "about 17 minutes".
+fn human(d: Duration) -> String {
+    let s = d.as_secs().max(1);
+    if s < 120 {
+        format!("about {s} s")
+    } else {
+        format!("about {} minutes", s.div_ceil(60))
+    }
 }
 
 /// Completes on Ctrl-C or SIGTERM.
@@ -408,261 +429,150 @@ fn command_line(args: &VerifyArgs) -> String {
     if args.database.is_some() {
         s.push_str(" --database URL");
     }
+    if let Some(n) = args.injections {
+        s.push_str(&format!(" --injections {n}"));
+    }
     s
 }
 
-/// Splits a Redis URL into (before host, host:port, after) so the host can be swapped for a proxy.
-fn split_redis_url(url: &str) -> anyhow::Result<(String, String, String)> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .with_context(|| format!("--redis {url:?}: expected redis://[user:pass@]host:port[/db]"))?;
-    let (auth, hostpart) = match rest.rsplit_once('@') {
-        Some((a, h)) => (format!("{a}@"), h),
-        None => (String::new(), rest),
-    };
-    let (hostport, tail) = match hostpart.find('/') {
-        Some(i) => (&hostpart[..i], &hostpart[i..]),
-        None => (hostpart, ""),
-    };
-    let hostport = if hostport.contains(':') {
-        hostport.to_owned()
-    } else {
-        format!("{hostport}:6379")
-    };
-    Ok((format!("{scheme}://{auth}"), hostport, tail.to_owned()))
-}
-
-/// Redis for one cell: the server(s) and one proxy per worker slot.
+/// One running cell: its workers, its Redis and what happened so far. The fault arms
+/// (`faults.rs`) work on it.
 #[derive(Debug)]
-struct RedisSetup {
-    primary: Option<RedisServer>,
-    replica: Option<RedisServer>,
-    replication: Option<Proxy>,
-    proxies: Vec<Proxy>,
-    url_head: String,
-    url_tail: String,
+pub(crate) struct Cell<'a> {
+    pub(crate) ctx: &'a RunContext,
+    spec: WorkerSpec<'a>,
+    pub(crate) log: Arc<Log>,
+    pub(crate) workers: Vec<WorkerProc>,
+    pub(crate) redis: Option<RedisSetup>,
+    notes: Vec<String>,
+    /// When the replication link was last cut and the last failover began (ms, this machine's
+    /// clock), for the stall evidence.
+    pub(crate) replication_cut_ms: Option<i64>,
+    pub(crate) failover_ms: Option<i64>,
+    /// The first lock seen held with no expiry.
+    stuck_lock: Option<StuckLock>,
 }
 
-impl RedisSetup {
-    async fn start(ctx: &RunContext, fault: Fault) -> anyhow::Result<Self> {
-        let (primary, replica, replication, upstream, head, tail) = match &ctx.user_redis {
-            Some(url) => {
-                let (head, hostport, tail) = split_redis_url(url)?;
-                let addr = tokio::net::lookup_host(hostport.as_str())
-                    .await
-                    .with_context(|| format!("cannot resolve the Redis host {hostport}"))?
-                    .next()
-                    .with_context(|| format!("no address for the Redis host {hostport}"))?;
-                (None, None, None, addr, head, tail)
-            }
-            None => {
-                let primary = tokio::task::spawn_blocking(RedisServer::start).await??;
-                let upstream: SocketAddr = ([127, 0, 0, 1], primary.port()).into();
-                let (replica, replication) = if fault == Fault::Failover {
-                    let replication = Proxy::start(upstream).await?;
-                    let port = replication.port();
-                    let replica = tokio::task::spawn_blocking(move || {
-                        RedisServer::builder().replica_of(port).start()
-                    })
-                    .await??;
-                    // Waited for here, not on the blocking thread, so an interrupted run drops
-                    // (and stops) the replica at once.
-                    wait_until_synced(&replica.url()).await?;
-                    (Some(replica), Some(replication))
-                } else {
-                    (None, None)
-                };
-                (
-                    Some(primary),
-                    replica,
-                    replication,
-                    upstream,
-                    "redis://".to_owned(),
-                    "/".to_owned(),
-                )
-            }
+/// A lock the harness saw held with no expiry.
+#[derive(Debug)]
+struct StuckLock {
+    /// Where it was seen ("on the promoted replica", "at the end of the cell").
+    seen: String,
+    /// Its token, to find its holder in the log.
+    token: String,
+    cut_ms: Option<i64>,
+    failover_ms: Option<i64>,
+}
+
+impl Cell<'_> {
+    /// Starts a worker process for `slot`, continuing at operation `start_op`.
+    pub(crate) async fn spawn(&self, slot: u32, start_op: u64) -> anyhow::Result<WorkerProc> {
+        let url = self.redis.as_ref().map(|r| r.url(slot));
+        spawn_worker(self.ctx, &self.log, self.spec, slot, url, start_op).await
+    }
+
+    /// Looks for a lock that will never expire and remembers the first sighting (`where_`, the
+    /// token) for the cell's note.
+    pub(crate) async fn check_lock(&mut self, where_: &str) -> bool {
+        let (Some(redis), Some(key)) = (
+            self.redis.as_ref(),
+            lock_key(self.spec.strategy, self.spec.key),
+        ) else {
+            return false;
         };
-        let mut proxies = Vec::new();
-        for _ in 0..ctx.workers {
-            proxies.push(Proxy::start(upstream).await?);
+        let Some(token) = redis.lock_without_expiry(&key).await else {
+            return false;
+        };
+        if self.stuck_lock.is_none() {
+            self.stuck_lock = Some(StuckLock {
+                seen: where_.to_owned(),
+                token,
+                cut_ms: self.replication_cut_ms,
+                failover_ms: self.failover_ms,
+            });
         }
-        Ok(Self {
-            primary,
-            replica,
-            replication,
-            proxies,
-            url_head: head,
-            url_tail: tail,
-        })
+        true
     }
 
-    fn url(&self, slot: u32) -> String {
-        format!(
-            "{}{}{}",
-            self.url_head,
-            self.proxies[slot as usize].addr(),
-            self.url_tail
-        )
-    }
-}
-
-async fn wait_until_synced(url: &str) -> anyhow::Result<()> {
-    let client = redis::Client::open(url)?;
-    let mut con = client.get_multiplexed_async_connection().await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut con)
-            .await?;
-        if info.contains("master_link_status:up") {
-            return Ok(());
+    /// What the log says of the stuck lock, once the cell is over: whose it was, when it was taken
+    /// and released, against the replication cut and the failover.
+    fn stuck_lock_note(&self) -> Option<String> {
+        let stuck = self.stuck_lock.as_ref()?;
+        let mut note = format!(
+            "lock held with no expiry {} (same token, PTTL -1, at two looks 100 ms apart)",
+            stuck.seen
+        );
+        if let Some(LockStory {
+            slot,
+            op,
+            taken_ms: at,
+            released,
+        }) = self.log.lock_taken_with(&stuck.token)
+        {
+            let rel = |t: i64| match stuck.cut_ms {
+                Some(cut) => format!("{:+} ms from the replication cut", t - cut),
+                None => format!("at {t} ms"),
+            };
+            let side = |t: i64| match stuck.failover_ms {
+                Some(f) if t < f => " (before the failover, on the old primary)",
+                Some(_) => " (after the failover)",
+                None => "",
+            };
+            note.push_str(&format!(
+                ": worker {slot}'s lock of op {op}, taken (SETNX, then PEXPIRE) {}; {}",
+                rel(at),
+                match released {
+                    Some((r, outcome)) => format!(
+                        "its release {}{} {}",
+                        rel(r),
+                        side(r),
+                        match outcome {
+                            Ok(true) => "deleted a lock".to_owned(),
+                            Ok(false) => "found no lock".to_owned(),
+                            Err(e) => format!("failed: {e}"),
+                        }
+                    ),
+                    None => "never released".into(),
+                }
+            ));
         }
-        if Instant::now() > deadline {
-            anyhow::bail!("the replica did not sync with its primary within 10 s: {info}");
+        Some(note)
+    }
+
+    /// Asks every worker to stop at its next hold point and returns the first to get there (the
+    /// others are let go), or `None` if none does within the target wait.
+    async fn choose_target(&mut self) -> Option<u32> {
+        let since = self.log.len();
+        for w in &mut self.workers {
+            w.send("hold").await;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// One worker process and the pipe the harness commands it through.
-#[derive(Debug)]
-struct WorkerProc {
-    child: Child,
-    stdin: ChildStdin,
-}
-
-impl WorkerProc {
-    fn pid(&self) -> Option<Pid> {
-        self.child.id().map(|id| Pid::from_raw(id as i32))
-    }
-
-    async fn send(&mut self, line: &str) {
-        // A worker that is gone cannot be commanded; the caller notices by its missing events.
-        let _ = self.stdin.write_all(format!("{line}\n").as_bytes()).await;
-        let _ = self.stdin.flush().await;
-    }
-}
-
-/// Events from all workers of a cell, in arrival order.
-#[derive(Debug, Default)]
-struct Log {
-    events: Mutex<Vec<(u32, i64, Event)>>,
-    stderr: Mutex<String>,
-}
-
-impl Log {
-    fn len(&self) -> usize {
-        self.events.lock().map(|e| e.len()).unwrap_or(0)
-    }
-
-    fn find_since(&self, since: usize, pred: impl Fn(u32, &Event) -> bool) -> bool {
-        self.events
-            .lock()
-            .map(|e| e.iter().skip(since).any(|(s, _, ev)| pred(*s, ev)))
-            .unwrap_or(false)
-    }
-
-    async fn wait_for(
-        &self,
-        since: usize,
-        timeout: Duration,
-        pred: impl Fn(u32, &Event) -> bool,
-    ) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.find_since(since, &pred) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(3)).await;
-        }
-        false
-    }
-
-    fn first_held_since(&self, since: usize) -> Option<u32> {
-        self.events.lock().ok().and_then(|e| {
-            e.iter()
-                .skip(since)
-                .find(|(_, _, ev)| matches!(ev, Event::Held { .. }))
-                .map(|(s, _, _)| *s)
-        })
-    }
-
-    fn last_op(&self, slot: u32) -> u64 {
-        let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
-        events
-            .iter()
-            .filter(|(s, _, _)| *s == slot)
-            .filter_map(|(_, _, ev)| match ev {
-                Event::Acquired { op, .. }
-                | Event::Held { op }
-                | Event::Wrote { op, .. }
-                | Event::Failed { op, .. } => Some(*op),
-                _ => None,
+        let held = self
+            .log
+            .wait_for(since, self.ctx.timing.target_wait, |_, ev| {
+                matches!(ev, Event::Held { .. })
             })
-            .max()
-            .unwrap_or(0)
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn spawn_worker(
-    ctx: &RunContext,
-    log: &Arc<Log>,
-    slot: u32,
-    workload: Workload,
-    strategy: Strategy,
-    redis_url: Option<String>,
-    prefix: &str,
-    key: &str,
-    start_op: u64,
-) -> anyhow::Result<WorkerProc> {
-    let mut cmd = Command::new(&ctx.exe);
-    cmd.arg("__verify-worker")
-        .args(["--strategy", &strategy.to_string()])
-        .args(["--workload", &workload.to_string()])
-        .args(["--database", &ctx.database])
-        .args(["--prefix", prefix])
-        .args(["--key", key])
-        .args(["--slot", &slot.to_string()])
-        .args(["--ttl-ms", &ctx.timing.ttl.as_millis().to_string()])
-        .args(["--start-op", &start_op.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(url) = redis_url {
-        cmd.args(["--redis", &url]);
-    }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot spawn the worker {}", ctx.exe.display()))?;
-    let stdin = child.stdin.take().context("worker stdin")?;
-    let stdout = child.stdout.take().context("worker stdout")?;
-    let stderr = child.stderr.take().context("worker stderr")?;
-    let events = log.clone();
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(ev) = serde_json::from_str::<Event>(&line) {
-                if let Ok(mut e) = events.events.lock() {
-                    e.push((slot, now_ms(), ev));
-                }
+            .await;
+        for w in &mut self.workers {
+            w.send("unhold").await;
+        }
+        let slot = if held {
+            self.log.first_held_since(since)?
+        } else {
+            return None;
+        };
+        // Let go of any other worker that stopped at the same moment: it was not the target.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        for (other, w) in self.workers.iter_mut().enumerate() {
+            if other as u32 != slot
+                && self.log.find_since(since, |s, ev| {
+                    s == other as u32 && matches!(ev, Event::Held { .. })
+                })
+            {
+                w.send("go").await;
             }
         }
-    });
-    let errors = log.clone();
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(mut s) = errors.stderr.lock() {
-                if s.len() < 4000 {
-                    s.push_str(&format!("worker {slot}: {line}\n"));
-                }
-            }
-        }
-    });
-    Ok(WorkerProc { child, stdin })
+        Some(slot)
+    }
 }
 
 async fn run_cell(
@@ -679,7 +589,13 @@ async fn run_cell(
     };
     let key = format!("lhv:{}:c{index}", ctx.run_id);
     let resource = Resource::connect(&ctx.database, &prefix, 2).await?;
-    let outcome = run_cell_inner(ctx, &resource, &prefix, &key, workload, fault, strategy).await;
+    let spec = WorkerSpec {
+        workload,
+        strategy,
+        prefix: &prefix,
+        key: &key,
+    };
+    let outcome = run_cell_inner(ctx, &resource, spec, fault).await;
     let _ = resource.teardown().await;
     outcome
 }
@@ -687,12 +603,15 @@ async fn run_cell(
 async fn run_cell_inner(
     ctx: &RunContext,
     resource: &Resource,
-    prefix: &str,
-    key: &str,
-    workload: Workload,
+    spec: WorkerSpec<'_>,
     fault: Fault,
-    strategy: Strategy,
 ) -> anyhow::Result<CellResult> {
+    let WorkerSpec {
+        workload,
+        strategy,
+        prefix,
+        key,
+    } = spec;
     resource.setup(workload, strategy).await?;
     if strategy == Strategy::LeaseFence {
         let fenced = super::resource::Fenced::connect(&ctx.database, prefix, key).await?;
@@ -704,27 +623,37 @@ async fn run_cell_inner(
         guards.migrate().await?;
         guards.close().await;
     }
-    let mut redis = if strategy.uses_redis() {
+    let redis = if strategy.uses_redis() {
         Some(RedisSetup::start(ctx, fault).await?)
     } else {
         None
     };
-    let log = Arc::new(Log::default());
+    let mut cell = Cell {
+        ctx,
+        spec,
+        log: Arc::new(Log::default()),
+        workers: Vec::new(),
+        redis,
+        notes: Vec::new(),
+        replication_cut_ms: None,
+        failover_ms: None,
+        stuck_lock: None,
+    };
     let t = ctx.timing;
     let cell_start = now_ms();
-    let mut workers = Vec::new();
     for slot in 0..ctx.workers {
-        let url = redis.as_ref().map(|r| r.url(slot));
-        workers.push(spawn_worker(ctx, &log, slot, workload, strategy, url, prefix, key, 0).await?);
+        let w = cell.spawn(slot, 0).await?;
+        cell.workers.push(w);
     }
     let ready_deadline = Instant::now() + Duration::from_secs(20);
     let mut all_ready = false;
     while Instant::now() < ready_deadline {
-        if log_ready_count(&log) >= ctx.workers as usize {
+        if cell.log.ready_count() >= ctx.workers as usize {
             all_ready = true;
             break;
         }
-        if workers
+        if cell
+            .workers
             .iter_mut()
             .any(|w| matches!(w.child.try_wait(), Ok(Some(_))))
         {
@@ -734,139 +663,43 @@ async fn run_cell_inner(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     if !all_ready {
-        let err = log.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+        let err = cell
+            .log
+            .stderr
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
         anyhow::bail!("workers did not start: {}", err.trim());
     }
     tokio::time::sleep(t.warmup).await;
 
     let mut windows = Vec::new();
     let mut injected = 0u64;
-    let mut notes = Vec::new();
-    for i in 0..t.injections {
-        if i > 0 {
+    for round in 1..=t.injections {
+        if round > 1 {
             tokio::time::sleep(t.gap).await;
         }
         if fault == Fault::None {
             tokio::time::sleep(t.hold).await;
             continue;
         }
-        if fault == Fault::Failover && i > 0 {
-            break; // the replica has been promoted; there is nothing left to fail over to
-        }
-        if fault == Fault::Failover {
-            if let Some(p) = redis.as_ref().and_then(|r| r.replication.as_ref()) {
-                p.cut(); // from now on the primary's writes do not reach the replica
-            }
-        }
-        // The fault goes to whichever worker first reaches a write inside its critical section.
-        let since = log.len();
-        for w in &mut workers {
-            w.send("hold").await;
-        }
-        let held = log
-            .wait_for(since, Duration::from_secs(10), |_, ev| {
-                matches!(ev, Event::Held { .. })
-            })
-            .await;
-        for w in &mut workers {
-            w.send("unhold").await;
-        }
-        let Some(slot) = (if held {
-            log.first_held_since(since)
-        } else {
-            None
-        }) else {
-            notes.push(format!(
-                "injection {} not done: no worker reached a write in its critical section",
-                i + 1
+        cell.arm(fault).await?;
+        let Some(slot) = cell.choose_target().await else {
+            cell.notes.push(format!(
+                "injection {round} not done: no worker reached a write in its critical section"
             ));
+            if cell.check_lock(&format!("before injection {round}")).await {
+                cell.notes.push(format!(
+                    "injections {round}-{} not done: nobody can take the lock",
+                    t.injections
+                ));
+                break;
+            }
             continue;
         };
-        // Let go of any other worker that stopped at the same moment: it was not the target.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        for (other, w) in workers.iter_mut().enumerate() {
-            if other as u32 != slot
-                && log.find_since(since, |s, ev| {
-                    s == other as u32 && matches!(ev, Event::Held { .. })
-                })
-            {
-                w.send("go").await;
-            }
-        }
         let start = now_ms();
-        let mut resume = true;
-        match fault {
-            Fault::None => {}
-            Fault::Pause => {
-                if let Some(pid) = workers[slot as usize].pid() {
-                    kill(pid, Signal::SIGSTOP)?;
-                    tokio::time::sleep(t.hold).await;
-                    kill(pid, Signal::SIGCONT)?;
-                }
-            }
-            Fault::Kill => {
-                let w = &mut workers[slot as usize];
-                w.child.start_kill()?;
-                let _ = w.child.wait().await;
-                resume = false;
-                let next = log.last_op(slot) + 1;
-                let url = redis.as_ref().map(|r| r.url(slot));
-                let since = log.len();
-                workers[slot as usize] =
-                    spawn_worker(ctx, &log, slot, workload, strategy, url, prefix, key, next)
-                        .await?;
-                log.wait_for(since, Duration::from_secs(20), |s, ev| {
-                    s == slot && matches!(ev, Event::Ready)
-                })
-                .await;
-            }
-            Fault::RedisRestart => {
-                if let Some(mut server) = redis.as_mut().and_then(|r| r.primary.take()) {
-                    let server =
-                        tokio::task::spawn_blocking(move || server.restart().map(|_| server))
-                            .await??;
-                    if let Some(r) = redis.as_mut() {
-                        r.primary = Some(server);
-                    }
-                }
-                tokio::time::sleep(t.hold).await;
-            }
-            Fault::Failover => {
-                if let Some(r) = redis.as_mut() {
-                    if let Some(mut primary) = r.primary.take() {
-                        tokio::task::spawn_blocking(move || primary.kill()).await??;
-                    }
-                    if let Some(mut replica) = r.replica.take() {
-                        let port = replica.port();
-                        let replica =
-                            tokio::task::spawn_blocking(move || replica.promote().map(|_| replica))
-                                .await??;
-                        r.replica = Some(replica);
-                        for p in &r.proxies {
-                            p.set_upstream(([127, 0, 0, 1], port).into());
-                            p.reset_connections();
-                        }
-                    }
-                }
-                tokio::time::sleep(t.hold).await;
-            }
-            Fault::NetDelay => {
-                if let Some(r) = redis.as_ref() {
-                    r.proxies[slot as usize].set_delay(t.ttl * 2);
-                    tokio::time::sleep(t.hold).await;
-                    r.proxies[slot as usize].set_delay(Duration::ZERO);
-                }
-            }
-            Fault::NetCut => {
-                if let Some(r) = redis.as_ref() {
-                    r.proxies[slot as usize].cut();
-                    tokio::time::sleep(t.hold).await;
-                    r.proxies[slot as usize].restore();
-                }
-            }
-        }
-        if resume {
-            workers[slot as usize].send("go").await;
+        if cell.inject(fault, slot).await? {
+            cell.workers[slot as usize].send("go").await;
         }
         injected += 1;
         windows.push(report::FaultWindow {
@@ -877,31 +710,40 @@ async fn run_cell_inner(
         });
     }
     tokio::time::sleep(t.cooldown).await;
+    cell.check_lock("at the end of the cell").await;
 
-    for w in &mut workers {
+    for w in &mut cell.workers {
         w.send("stop").await;
     }
-    for w in &mut workers {
+    for w in &mut cell.workers {
         if tokio::time::timeout(Duration::from_secs(15), w.child.wait())
             .await
             .is_err()
         {
             let _ = w.child.start_kill();
             let _ = w.child.wait().await;
-            notes.push("a worker did not stop within 15 s and was killed".into());
+            cell.notes
+                .push("a worker did not stop within 15 s and was killed".into());
         }
     }
     let cell_end = now_ms();
-    drop(redis);
+    drop(cell.redis.take());
 
     let history = resource.history().await?;
     let verdict = checker::check(workload, &history);
-    let events = log.events.lock().map(|e| e.clone()).unwrap_or_default();
+    let events = cell
+        .log
+        .events
+        .lock()
+        .map(|e| e.clone())
+        .unwrap_or_default();
     let mut intervals = Vec::new();
     let mut open: std::collections::HashMap<u32, (i64, i64)> = Default::default();
     let (mut ops, mut stale, mut guarded) = (0u64, 0u64, 0u64);
     let mut refusals = Vec::new();
+    let mut stall_spans = Vec::new();
     let mut failures = 0u64;
+    let mut no_expiry_stalls = 0u64;
     for (slot, recv_ms, ev) in &events {
         match ev {
             Event::Ready => {
@@ -944,6 +786,17 @@ async fn run_cell_inner(
                     Outcome::Accepted | Outcome::Skipped => {}
                 }
             }
+            Event::Stalled {
+                at_ms,
+                waited_ms,
+                lock_ttl_ms,
+                ..
+            } => {
+                stall_spans.push((*at_ms - *waited_ms as i64, *at_ms, *slot));
+                if *lock_ttl_ms == Some(-1) {
+                    no_expiry_stalls += 1;
+                }
+            }
             Event::Failed { .. } => failures += 1,
             Event::Held { .. } | Event::Exit { .. } => {}
         }
@@ -957,6 +810,17 @@ async fn run_cell_inner(
         });
     }
     let (overlap_pairs, overlap_spans) = checker::overlaps(&intervals);
+    let lock_without_expiry = cell.stuck_lock.is_some();
+    let mut notes = Vec::new();
+    notes.extend(cell.stuck_lock_note());
+    notes.append(&mut cell.notes);
+    if !stall_spans.is_empty() {
+        notes.push(format!(
+            "{} lock waits gave up after {} ms ({no_expiry_stalls} of them found the lock held with no expiry)",
+            stall_spans.len(),
+            t.stall_after.as_millis()
+        ));
+    }
     if failures > 0 {
         notes.push(format!("{failures} failed attempts retried"));
     }
@@ -972,6 +836,7 @@ async fn run_cell_inner(
             .map(|r| (r.at_ms, r.writer, verdict.violating.contains(&r.seq)))
             .collect(),
         refusals,
+        stalls: stall_spans.clone(),
         uses_lock: strategy.uses_redis(),
     };
     Ok(CellResult {
@@ -983,6 +848,8 @@ async fn run_cell_inner(
         faults_injected: injected,
         violations: Some(verdict.count()),
         violation_kind: checker::violation_kind(workload),
+        stalls: stall_spans.len() as u64,
+        lock_without_expiry,
         accepted_writes: history.len() as u64,
         refused_stale: stale,
         refused_by_guard: guarded,
@@ -994,35 +861,13 @@ async fn run_cell_inner(
     })
 }
 
-fn log_ready_count(log: &Log) -> usize {
-    log.events
-        .lock()
-        .map(|e| {
-            e.iter()
-                .filter(|(_, _, ev)| matches!(ev, Event::Ready))
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn redis_urls_split_around_the_host() {
-        let (h, hp, t) = split_redis_url("redis://u:p@example.org:6380/2").unwrap();
-        assert_eq!(
-            (h.as_str(), hp.as_str(), t.as_str()),
-            ("redis://u:p@", "example.org:6380", "/2")
-        );
-        let (_, hp, t) = split_redis_url("redis://localhost").unwrap();
-        assert_eq!((hp.as_str(), t.as_str()), ("localhost:6379", ""));
-        assert!(split_redis_url("localhost:6379").is_err());
-    }
-
-    #[test]
     fn quick_plan_covers_pause_everywhere_and_every_fault_on_the_counter() {
+        use clap::ValueEnum as _;
         let args = VerifyArgs {
             quick: true,
             ..VerifyArgs::default()
@@ -1033,5 +878,49 @@ mod tests {
             .iter()
             .all(|c| c.1 == Fault::Pause || c.0 == Workload::Counter));
         assert!(!cells.iter().any(|c| c.1 == Fault::None));
+        for f in Fault::value_variants()
+            .iter()
+            .filter(|f| **f != Fault::None)
+        {
+            assert!(
+                cells.iter().any(|c| c.1 == *f && c.0 == Workload::Counter),
+                "{f} is missing from the quick run"
+            );
+        }
+    }
+
+    #[test]
+    fn full_plan_is_every_cell_with_seven_injections() {
+        use clap::ValueEnum as _;
+        let args = VerifyArgs::default();
+        let cells = plan(&args);
+        assert_eq!(
+            cells.len(),
+            Workload::value_variants().len()
+                * Fault::value_variants().len()
+                * Strategy::value_variants().len()
+        );
+        assert_eq!(Timing::new(&args).injections, 7);
+    }
+
+    #[test]
+    fn redis_faults_do_not_apply_without_redis_and_server_faults_skip_a_user_redis() {
+        use clap::ValueEnum as _;
+        for f in Fault::value_variants() {
+            let needs = f.needs();
+            let na = applicability(*f, Strategy::DbGuards, false);
+            assert_eq!(
+                na.map(|n| n.0),
+                needs.redis.then_some(CellStatus::NotApplicable),
+                "{f}"
+            );
+            if needs.own_redis {
+                assert_eq!(
+                    applicability(*f, Strategy::Naive, true).map(|n| n.0),
+                    Some(CellStatus::Skipped),
+                    "{f}"
+                );
+            }
+        }
     }
 }

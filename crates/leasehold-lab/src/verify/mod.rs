@@ -3,18 +3,28 @@
 //!
 //! Promise: every cell (workload × fault × strategy) runs real worker processes against a real Redis
 //! and a real SQL database, injects the fault for real (SIGSTOP, SIGKILL, a Redis restart, a
-//! failover, a proxy that delays or cuts), and counts invariant violations from what the database
-//! accepted. Limit: a cell with 0 violations shows the bug did not happen in this run, not that it
-//! cannot; only the strategies documented as safe by design are expected to stay at 0 always.
+//! failover, a proxy that delays, cuts or swallows the traffic, a jump of the Redis server's wall
+//! clock), several times per cell, and counts invariant violations from what the database accepted,
+//! and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations shows the
+//! bug did not happen in this run, not that it cannot; only the strategies documented as safe by
+//! design are expected to stay at 0 always.
 //!
-//! Layout: `harness.rs` runs the cells and injects the faults, `worker.rs` is the worker
-//! process and its line protocol, `resource.rs` the SQL resource and its history, `checker.rs` turns a
-//! history into violations, `report.rs` writes the table, the JSON and the HTML timeline.
+//! Layout: `harness.rs` runs the cells, `faults.rs` is the fault table (what each fault needs and how
+//! it is done), `rig.rs` the servers, proxies and worker processes of a cell, `worker.rs` the worker
+//! process, its locks and its line protocol, `resource.rs` the SQL resource and its history,
+//! `checker.rs` turns a history into violations, `report.rs` writes the table, the JSON and the HTML
+//! timeline.
+//!
+//! Adding a fault: a [`Fault`] variant, its line in `Fault::needs` and its arm in `Cell::inject`
+//! (`faults.rs`). Adding a strategy: a [`Strategy`] variant, its answers in the `Strategy` methods
+//! below, and its arms in the worker's `Locker` (`worker.rs`).
 
 mod checker;
+mod faults;
 mod harness;
 mod report;
 mod resource;
+mod rig;
 mod worker;
 
 use std::path::PathBuf;
@@ -53,8 +63,13 @@ pub enum Fault {
     Failover,
     /// The network between one holder and Redis gets slower than the lease.
     NetDelay,
-    /// The network between one holder and Redis is cut for longer than the lease.
+    /// The network between one holder and Redis is cut for longer than the lease: connections closed.
     NetCut,
+    /// The network between one holder and Redis swallows everything for longer than the lease:
+    /// connections stay open and silent, then resume.
+    NetBlackhole,
+    /// The Redis server's wall clock jumps forward past the lease TTL while the lease is held.
+    ClockJump,
 }
 
 /// How the workers coordinate.
@@ -103,6 +118,7 @@ display_as_value_enum!(Workload, Fault, Strategy);
 pub struct VerifyArgs {
     /// A short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload
     /// under the pause fault, and every fault on the counter workload, one injection per cell.
+    /// Without it, every cell of the matrix with 7 injections each (15-20 minutes on 2 cores).
     #[arg(long)]
     pub quick: bool,
     /// Write the cells as a JSON array to this file.
@@ -134,8 +150,8 @@ pub struct VerifyArgs {
     /// Lease time-to-live in milliseconds (the faults last about three times this).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub ttl_ms: u64,
-    /// Fault injections per cell (default: 1 with --quick, 2 otherwise).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    /// Fault injections per cell (default: 1 with --quick, 7 otherwise).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub injections: Option<u32>,
     /// The executable to spawn workers from (default: this program). For tests.
     #[arg(long, hide = true, value_name = "PATH")]
@@ -189,8 +205,11 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub ttl_ms: u64,
     /// Time spent inside the critical section between read and write, in milliseconds.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 1)]
     pub work_ms: u64,
+    /// A lock wait longer than this is a stall: reported, then the operation is retried.
+    #[arg(long, default_value_t = 5_000)]
+    pub stall_ms: u64,
     /// The first operation number (a replacement worker continues where the killed one stopped).
     #[arg(long, default_value_t = 0)]
     pub start_op: u64,

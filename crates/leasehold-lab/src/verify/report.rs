@@ -32,6 +32,8 @@ pub(crate) struct Timeline {
     pub(crate) writes: Vec<(i64, i64, bool)>,
     /// Stale writes the resource refused: (time, slot, fence).
     pub(crate) refusals: Vec<(i64, u32, i64)>,
+    /// Lock waits that gave up: (start, end, slot).
+    pub(crate) stalls: Vec<(i64, i64, u32)>,
     pub(crate) uses_lock: bool,
 }
 
@@ -67,10 +69,13 @@ pub(crate) fn table(results: &[CellResult]) -> String {
     ]];
     for r in results {
         let (ops, faults, violations, overlaps) = cell_text(r);
-        let violations = match r.violations {
+        let mut violations = match r.violations {
             Some(v) if v > 0 => format!("{v} {}", r.violation_kind),
             _ => violations,
         };
+        if r.stalled() {
+            violations.push_str(" + STALLED");
+        }
         let refused = if r.status == CellStatus::Ran {
             format!("{} stale / {} guard", r.refused_stale, r.refused_by_guard)
         } else {
@@ -117,6 +122,30 @@ pub(crate) fn table(results: &[CellResult]) -> String {
         }
     }
     out
+}
+
+/// One line of totals over the cells that ran.
+pub(crate) fn totals(results: &[CellResult], wall: Duration) -> String {
+    let ran: Vec<&CellResult> = results
+        .iter()
+        .filter(|r| r.status == CellStatus::Ran)
+        .collect();
+    let sum = |f: fn(&CellResult) -> u64| ran.iter().map(|r| f(r)).sum::<u64>();
+    let count = |s: CellStatus| results.iter().filter(|r| r.status == s).count();
+    format!(
+        "{} cells: {} ran, {} not applicable, {} skipped, {} could not run; {} operations, {} faults injected, {} violations (all in unsafe cells unless FAILED is printed), {} stale writes refused by a fence, {} stalled cells; wall time {:.1} s",
+        results.len(),
+        ran.len(),
+        count(CellStatus::NotApplicable),
+        count(CellStatus::Skipped),
+        count(CellStatus::Error),
+        sum(|r| r.operations),
+        sum(|r| r.faults_injected),
+        sum(|r| r.violations.unwrap_or(0)),
+        sum(|r| r.refused_stale),
+        ran.iter().filter(|r| r.stalled()).count(),
+        wall.as_secs_f64()
+    )
 }
 
 fn esc(s: &str) -> String {
@@ -179,53 +208,97 @@ pub(crate) fn svg(t: &Timeline) -> String {
             esc(&f.label)
         );
     }
-    for iv in &t.intervals {
-        let y = row_y(iv.slot as i64);
-        let color = SLOT_COLORS[iv.slot as usize % SLOT_COLORS.len()];
-        let _ = write!(
-            s,
-            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="12" fill="{color}" fill-opacity="0.75"><title>worker {} held the lease {}–{} ms{}</title></rect>"#,
-            x(iv.start_ms),
-            y + 14.0,
-            (x(iv.end_ms) - x(iv.start_ms)).max(1.0),
-            iv.slot,
-            iv.start_ms - t.start_ms,
-            iv.end_ms - t.start_ms,
-            if iv.fence > 0 {
-                format!(", fence {}", iv.fence)
+    // Holds, overlaps and writes less than a pixel apart are drawn as one: a full run's cell has
+    // thousands of each, far below what a pixel can show, and drawn one by one they made a page of
+    // tens of megabytes.
+    let gap = ((span / (width - left - right)) as i64).max(1);
+    for slot in 0..t.slots {
+        let y = row_y(slot as i64);
+        let color = SLOT_COLORS[slot as usize % SLOT_COLORS.len()];
+        let mine: Vec<&Interval> = t.intervals.iter().filter(|iv| iv.slot == slot).collect();
+        for run in merge(mine.iter().map(|iv| (iv.start_ms, iv.end_ms)), gap) {
+            let what = if run.count == 1 {
+                let fence = mine
+                    .iter()
+                    .find(|iv| iv.start_ms == run.start)
+                    .map(|iv| iv.fence)
+                    .filter(|f| *f > 0)
+                    .map(|f| format!(", fence {f}"))
+                    .unwrap_or_default();
+                format!(
+                    "held the lease {}–{} ms{fence}",
+                    run.start - t.start_ms,
+                    run.end - t.start_ms
+                )
             } else {
-                String::new()
-            }
-        );
+                format!(
+                    "held the lease {} times between {} and {} ms",
+                    run.count,
+                    run.start - t.start_ms,
+                    run.end - t.start_ms
+                )
+            };
+            let _ = write!(
+                s,
+                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="12" fill="{color}" fill-opacity="0.75"><title>worker {slot} {what}</title></rect>"#,
+                x(run.start),
+                y + 14.0,
+                (x(run.end) - x(run.start)).max(1.0),
+            );
+        }
     }
-    for &(a, b) in &t.overlaps {
+    for run in merge(t.overlaps.iter().copied(), gap) {
         let _ = write!(
             s,
             r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#e0302a" fill-opacity="0.28"><title>two holders at once</title></rect>"##,
-            x(a),
-            (x(b) - x(a)).max(1.5),
+            x(run.start),
+            (x(run.end) - x(run.start)).max(1.5),
             row_h * t.slots as f64
         );
     }
+    for slot in 0..t.slots as i64 {
+        let y = row_y(slot);
+        // Accepted writes: one path of ticks per worker, one tick per pixel column.
+        let mut columns: Vec<i64> = t
+            .writes
+            .iter()
+            .filter(|&&(_, writer, bad)| writer == slot && !bad)
+            .map(|&(at, _, _)| x(at).round() as i64)
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        if !columns.is_empty() {
+            let mut d = String::new();
+            for cx in &columns {
+                let _ = write!(d, "M{cx} {:.0}V{:.0}", y + 22.0, y + 30.0);
+            }
+            let _ = write!(
+                s,
+                r##"<path d="{d}" stroke="#2a8a2a" stroke-width="1"><title>accepted writes</title></path>"##
+            );
+        }
+    }
     for &(at, writer, bad) in &t.writes {
-        let y = row_y(writer);
-        let (color, h) = if bad {
-            ("#d0201a", 14.0)
-        } else {
-            ("#2a8a2a", 6.0)
-        };
+        if !bad {
+            continue;
+        }
         let _ = write!(
             s,
-            r#"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="{color}" stroke-width="{3}"><title>{4}</title></line>"#,
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="#d0201a" stroke-width="2.5"><title>accepted write that broke the invariant</title></line>"##,
             x(at),
-            y + 28.0 - h,
-            y + 30.0,
-            if bad { 2.5 } else { 1.0 },
-            if bad {
-                "accepted write that broke the invariant"
-            } else {
-                "accepted write"
-            }
+            row_y(writer) + 14.0,
+            row_y(writer) + 30.0,
+        );
+    }
+    for &(a, b, slot) in &t.stalls {
+        let y = row_y(slot as i64);
+        let _ = write!(
+            s,
+            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="6" fill="#e08a00" fill-opacity="0.8"><title>worker {slot} waited {} ms for a lock nobody freed</title></rect>"##,
+            x(a),
+            y + 4.0,
+            (x(b) - x(a)).max(1.5),
+            b - a
         );
     }
     for &(at, slot, fence) in &t.refusals {
@@ -275,7 +348,49 @@ pub(crate) fn svg(t: &Timeline) -> String {
     s
 }
 
+/// Spans merged where less than `gap` apart, with how many went into each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    start: i64,
+    end: i64,
+    count: usize,
+}
+
+fn merge(spans: impl Iterator<Item = (i64, i64)>, gap: i64) -> Vec<Run> {
+    let mut spans: Vec<(i64, i64)> = spans.collect();
+    spans.sort_unstable();
+    let mut runs: Vec<Run> = Vec::new();
+    for (start, end) in spans {
+        match runs.last_mut() {
+            Some(last) if start <= last.end + gap => {
+                last.end = last.end.max(end);
+                last.count += 1;
+            }
+            _ => runs.push(Run {
+                start,
+                end,
+                count: 1,
+            }),
+        }
+    }
+    runs
+}
+
 fn badge(r: &CellResult) -> String {
+    if r.status == CellStatus::Ran && r.stalled() {
+        return format!(
+            r#"<td class="stall" title="{} ops, {} faults injected; {} lock waits gave up{}">{} + stalled</td>"#,
+            r.operations,
+            r.faults_injected,
+            r.stalls,
+            if r.lock_without_expiry {
+                "; lock held with no expiry"
+            } else {
+                ""
+            },
+            r.violations.unwrap_or(0)
+        );
+    }
     match (r.status, r.violations) {
         (CellStatus::Ran, Some(0)) => format!(
             r#"<td class="ok" title="{} ops, {} faults injected">0</td>"#,
@@ -298,10 +413,7 @@ fn badge(r: &CellResult) -> String {
 /// The whole HTML page.
 pub(crate) fn html(results: &[CellResult], command: &str, wall: Duration) -> String {
     use clap::ValueEnum as _;
-    let failed: Vec<&CellResult> = results
-        .iter()
-        .filter(|r| r.safe_by_design && r.violations.unwrap_or(0) > 0)
-        .collect();
+    let failed: Vec<&CellResult> = results.iter().filter(|r| r.broke_a_promise()).collect();
     let mut p = String::new();
     p.push_str(r##"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>leasehold verify</title><style>
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
@@ -309,7 +421,7 @@ h1{margin:0 0 4px 0;font-size:26px} h2{margin-top:28px;font-size:19px} h3{font-s
 .verdict{padding:8px 12px;border-radius:6px;display:inline-block;font-weight:600}
 .pass{background:#e4f5e4;color:#1d6b1d}.fail{background:#fde2e1;color:#a31b15}
 table{border-collapse:collapse;margin:6px 0 14px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:center;font-size:13px}
-th{background:#f3f3f3} td.ok{background:#dff3df} td.bad{background:#f7c9c6;font-weight:700} td.na{color:#999;background:#fafafa} td.err{background:#ffe9b3}
+th{background:#f3f3f3} td.ok{background:#dff3df} td.bad{background:#f7c9c6;font-weight:700} td.na{color:#999;background:#fafafa} td.err{background:#ffe9b3} td.stall{background:#ffd08a;font-weight:700}
 td.name{text-align:left;font-family:monospace} .legend span{margin-right:16px;font-size:13px}
 .sw{display:inline-block;width:14px;height:10px;vertical-align:middle;margin-right:4px}
 details{margin:4px 0} summary{cursor:pointer;font-family:monospace}
@@ -317,23 +429,22 @@ code{background:#f3f3f3;padding:1px 4px}
 </style></head><body>"##);
     let _ = write!(
         p,
-        "<h1>leasehold verify</h1><p><code>{}</code> — {} cells, {:.0} s wall time.</p>",
+        "<h1>leasehold verify</h1><p><code>{}</code></p><p>{}.</p>",
         esc(command),
-        results.len(),
-        wall.as_secs_f64()
+        esc(&totals(results, wall))
     );
     if failed.is_empty() {
         p.push_str(
-            r#"<p class="verdict pass">Every strategy documented as safe showed 0 violations.</p>"#,
+            r#"<p class="verdict pass">Every strategy documented as safe showed 0 violations and no stall.</p>"#,
         );
     } else {
         let _ = write!(
             p,
-            r#"<p class="verdict fail">{} cell(s) of a strategy documented as safe showed violations.</p>"#,
+            r#"<p class="verdict fail">{} cell(s) of a strategy documented as safe showed violations or a stall.</p>"#,
             failed.len()
         );
     }
-    p.push_str("<p>Each number is the invariant violations counted from what the database accepted (its history table), not from what the workers claimed. Green: 0. Red: the strategy let bad data in. <b>safe</b> marks the strategies leasehold documents as safe by design (lease + fence at the resource, database guards).</p>");
+    p.push_str("<p>Each number is the invariant violations counted from what the database accepted (its history table), not from what the workers claimed. Green: 0. Red: the strategy let bad data in. Orange, <i>+ stalled</i>: the lock stopped being free for anyone (a lock wait gave up, or the lock was held with no expiry), a liveness failure counted apart from the data. <b>safe</b> marks the strategies leasehold documents as safe by design (lease + fence at the resource, database guards).</p>");
 
     let faults: Vec<Fault> = Fault::value_variants()
         .iter()
@@ -382,7 +493,7 @@ code{background:#f3f3f3;padding:1px 4px}
     }
 
     p.push_str("<h2>Timelines: who held the lease when</h2>");
-    p.push_str(r##"<p class="legend"><span><span class="sw" style="background:#3b73b9"></span>a worker holding the lease (its own account)</span><span><span class="sw" style="background:#e0302a;opacity:.4"></span>two holders at once</span><span><span class="sw" style="background:repeating-linear-gradient(45deg,#999 0 3px,#fff 3px 6px)"></span>fault</span><span><span class="sw" style="background:#2a8a2a;width:3px"></span>accepted write</span><span><span class="sw" style="background:#d0201a;width:4px"></span>write that broke the invariant</span><span><b>✕</b> stale write refused by the fence</span></p>"##);
+    p.push_str(r##"<p class="legend"><span><span class="sw" style="background:#3b73b9"></span>a worker holding the lease (its own account)</span><span><span class="sw" style="background:#e0302a;opacity:.4"></span>two holders at once</span><span><span class="sw" style="background:repeating-linear-gradient(45deg,#999 0 3px,#fff 3px 6px)"></span>fault</span><span><span class="sw" style="background:#2a8a2a;width:3px"></span>accepted write</span><span><span class="sw" style="background:#d0201a;width:4px"></span>write that broke the invariant</span><span><b>✕</b> stale write refused by the fence</span><span><span class="sw" style="background:#e08a00"></span>a lock wait that gave up (stall)</span></p>"##);
     let mut first = true;
     for r in results {
         let Some(t) = &r.timeline else { continue };
@@ -405,17 +516,18 @@ code{background:#f3f3f3;padding:1px 4px}
         );
     }
 
-    p.push_str("<h2>All cells</h2><table><tr><th>workload</th><th>fault</th><th>strategy</th><th>safe by design</th><th>operations</th><th>faults injected</th><th>violations</th><th>overlapping holders</th><th>accepted</th><th>refused stale</th><th>refused by guard</th><th>note</th></tr>");
+    p.push_str("<h2>All cells</h2><table><tr><th>workload</th><th>fault</th><th>strategy</th><th>safe by design</th><th>operations</th><th>faults injected</th><th>violations</th><th>stalls</th><th>overlapping holders</th><th>accepted</th><th>refused stale</th><th>refused by guard</th><th>note</th></tr>");
     for r in results {
         let (ops, faults, _, overlaps) = cell_text(r);
         let _ = write!(
             p,
-            r#"<tr><td class="name">{}</td><td class="name">{}</td><td class="name">{}</td><td>{}</td><td>{ops}</td><td>{faults}</td>{}<td>{overlaps}</td><td>{}</td><td>{}</td><td>{}</td><td style="text-align:left">{}</td></tr>"#,
+            r#"<tr><td class="name">{}</td><td class="name">{}</td><td class="name">{}</td><td>{}</td><td>{ops}</td><td>{faults}</td>{}<td>{}</td><td>{overlaps}</td><td>{}</td><td>{}</td><td>{}</td><td style="text-align:left">{}</td></tr>"#,
             r.workload,
             r.fault,
             r.strategy,
             if r.safe_by_design { "yes" } else { "no" },
             badge(r),
+            r.stalls,
             r.accepted_writes,
             r.refused_stale,
             r.refused_by_guard,
@@ -424,4 +536,34 @@ code{background:#f3f3f3;padding:1px 4px}
     }
     p.push_str("</table></body></html>\n");
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_closer_than_the_gap_are_drawn_as_one() {
+        let runs = merge([(10, 20), (0, 5), (21, 30), (40, 50)].into_iter(), 2);
+        assert_eq!(
+            runs,
+            vec![
+                Run {
+                    start: 0,
+                    end: 5,
+                    count: 1
+                },
+                Run {
+                    start: 10,
+                    end: 30,
+                    count: 2
+                },
+                Run {
+                    start: 40,
+                    end: 50,
+                    count: 1
+                },
+            ]
+        );
+    }
 }

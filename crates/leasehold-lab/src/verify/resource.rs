@@ -147,6 +147,7 @@ impl Resource {
                 Box::pin(async move {
                     if dialect == Dialect::Sqlite {
                         conn.execute("PRAGMA busy_timeout = 30000").await?;
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
                     }
                     Ok(())
                 })
@@ -322,8 +323,26 @@ impl Resource {
             .map_err(Into::into)
     }
 
-    /// Reads what the operation `op` of `workload` needs and decides what to write.
-    pub(crate) async fn read(&self, workload: Workload, op: u64) -> anyhow::Result<Plan> {
+    /// The next item of a queue whose items are `<prefix>N` strings in `column` of `table`: one past
+    /// the highest done so far. Items are only ever taken in this order, so every lower one is done.
+    async fn next_item(&self, table: &str, column: &str, prefix: &str) -> anyhow::Result<String> {
+        let next: i64 = sqlx::query_scalar(&format!(
+            "SELECT COALESCE(MAX(CAST(SUBSTR({column}, {}) AS BIGINT)), -1) + 1 FROM {}",
+            prefix.len() + 1,
+            self.t(table)
+        ))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(format!("{prefix}{next}"))
+    }
+
+    /// Reads what the next operation of `workload` needs and decides what to write.
+    ///
+    /// Orders, messages and transitions work like a queue that redelivers until the work is done:
+    /// every worker takes the oldest request with no order, the oldest message not applied, the
+    /// oldest order not delivered. So whoever gets the lock after a holder stalls works on the very
+    /// item the stalled holder read, however far ahead or behind the workers' own op counts are.
+    pub(crate) async fn read(&self, workload: Workload) -> anyhow::Result<Plan> {
         Ok(match workload {
             Workload::Counter => {
                 let read: i64 = sqlx::query_scalar(&format!(
@@ -334,21 +353,9 @@ impl Resource {
                 .await?;
                 Plan::Counter { read }
             }
-            Workload::Orders => {
-                let request = format!("req-{op}");
-                let n: i64 = sqlx::query_scalar(&format!(
-                    "SELECT COUNT(*) FROM {} WHERE request_id = $1",
-                    self.t("orders")
-                ))
-                .bind(&request)
-                .fetch_one(&self.pool)
-                .await?;
-                if n == 0 {
-                    Plan::CreateOrder { request }
-                } else {
-                    Plan::Skip
-                }
-            }
+            Workload::Orders => Plan::CreateOrder {
+                request: self.next_item("orders", "request_id", "req-").await?,
+            },
             Workload::Inventory => {
                 let read: i64 = sqlx::query_scalar(&format!(
                     "SELECT units FROM {} WHERE id = 1",
@@ -363,22 +370,39 @@ impl Resource {
                 }
             }
             Workload::Transitions => {
-                // Every order is visited twice by every worker, so several workers race on each.
-                let order = (op / 2) as i64;
-                sqlx::query(&format!(
-                    "INSERT INTO {} (id, state) VALUES ($1, 'created') ON CONFLICT (id) DO NOTHING",
+                let oldest: Option<(i64, String)> = sqlx::query_as(&format!(
+                    "SELECT id, state FROM {} WHERE state <> 'delivered' ORDER BY id LIMIT 1",
                     self.t("order_state")
                 ))
-                .bind(order)
-                .execute(&self.pool)
+                .fetch_optional(&self.pool)
                 .await?;
-                let from: String = sqlx::query_scalar(&format!(
-                    "SELECT state FROM {} WHERE id = $1",
-                    self.t("order_state")
-                ))
-                .bind(order)
-                .fetch_one(&self.pool)
-                .await?;
+                let (order, from) = match oldest {
+                    Some(found) => found,
+                    None => {
+                        // Every order is delivered: a new one arrives.
+                        let order: i64 = sqlx::query_scalar(&format!(
+                            "SELECT COALESCE(MAX(id), -1) + 1 FROM {}",
+                            self.t("order_state")
+                        ))
+                        .fetch_one(&self.pool)
+                        .await?;
+                        sqlx::query(&format!(
+                            "INSERT INTO {} (id, state) VALUES ($1, 'created') ON CONFLICT (id) DO NOTHING",
+                            self.t("order_state")
+                        ))
+                        .bind(order)
+                        .execute(&self.pool)
+                        .await?;
+                        let from: String = sqlx::query_scalar(&format!(
+                            "SELECT state FROM {} WHERE id = $1",
+                            self.t("order_state")
+                        ))
+                        .bind(order)
+                        .fetch_one(&self.pool)
+                        .await?;
+                        (order, from)
+                    }
+                };
                 match next_state(&from) {
                     Some(to) => Plan::Transition {
                         order,
@@ -388,21 +412,9 @@ impl Resource {
                     None => Plan::Skip,
                 }
             }
-            Workload::Messages => {
-                let message = format!("msg-{op}");
-                let n: i64 = sqlx::query_scalar(&format!(
-                    "SELECT COUNT(*) FROM {} WHERE message_id = $1",
-                    self.t("applied")
-                ))
-                .bind(&message)
-                .fetch_one(&self.pool)
-                .await?;
-                if n == 0 {
-                    Plan::Apply { message }
-                } else {
-                    Plan::Skip
-                }
-            }
+            Workload::Messages => Plan::Apply {
+                message: self.next_item("applied", "message_id", "msg-").await?,
+            },
         })
     }
 

@@ -2,9 +2,10 @@
 //! inject a fault, writes, releases, and reports each step as one JSON line on stdout.
 //!
 //! Protocol. stdout: one [`Event`] per line. stdin: `hold` (stop at the next hold point, say
-//! [`Event::Held`], and wait), `unhold` (forget a `hold` not yet reached), `go` (continue after a hold), `stop` (finish the current operation and
-//! exit). The harness never trusts a worker's word about what was written: the resource's history is
-//! the record; the events only give the lease intervals and the refusals for the report.
+//! [`Event::Held`], and wait), `unhold` (forget a `hold` not yet reached), `go` (continue after a
+//! hold), `stop` (finish the current operation, or give up a lock wait, and exit). The harness never
+//! trusts a worker's word about what was written: the resource's history is the record; the events
+//! only give the lease intervals, the refusals and the stalled lock waits for the report.
 
 use std::io::{BufRead as _, Write as _};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,9 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
-use leasehold::lease::{Lease, LeaseClient, LeaseOptions};
+use leasehold::lease::{Lease, LeaseClient, LeaseKeys, LeaseOptions};
 
 use super::resource::{Fenced, Guards, Outcome, Plan, Resource};
 use super::{Strategy, WorkerArgs};
@@ -26,8 +27,15 @@ use super::{Strategy, WorkerArgs};
 pub(crate) enum Event {
     /// Connected and about to start.
     Ready,
-    /// The lock is ours (by the strategy's own account), with the fence if it has one.
-    Acquired { op: u64, at_ms: i64, fence: i64 },
+    /// The lock is ours (by the strategy's own account), with the fence if it has one, and the
+    /// value it put in the lock key when the harness can recognise it there (naive, ttl-del).
+    Acquired {
+        op: u64,
+        at_ms: i64,
+        fence: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+    },
     /// Stopped at the hold point inside the critical section, as the harness asked.
     Held { op: u64 },
     /// What the resource answered to our write.
@@ -37,10 +45,26 @@ pub(crate) enum Event {
         fence: i64,
         outcome: Outcome,
     },
-    /// The lock was released (`ok` false when it was no longer ours or Redis did not answer).
-    Released { op: u64, at_ms: i64, ok: bool },
+    /// The lock was released (`ok` false when it was no longer ours or Redis did not answer;
+    /// `error` says which, when the release failed).
+    Released {
+        op: u64,
+        at_ms: i64,
+        ok: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// An operation failed (lock or database error); the client retries it.
     Failed { op: u64, error: String },
+    /// A lock wait gave up after `waited_ms` (the stall limit): nobody freed the lock in all that
+    /// time. `lock_ttl_ms` is what Redis said of the lock key then: -1 held with no expiry, -2 free,
+    /// otherwise its remaining TTL (`None` when it could not be asked). The operation is retried.
+    Stalled {
+        op: u64,
+        at_ms: i64,
+        waited_ms: u64,
+        lock_ttl_ms: Option<i64>,
+    },
     /// Exiting after `stop`.
     Exit { ops: u64 },
 }
@@ -65,16 +89,44 @@ fn emit(event: &Event) {
 }
 
 /// The commands the harness sends on stdin.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Control {
     hold_next: AtomicBool,
-    stop: AtomicBool,
+    /// Set once by `stop` (or a closed stdin); a lock wait gives up when it is.
+    stop: watch::Sender<bool>,
     go: Notify,
+}
+
+impl Control {
+    fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    async fn stopped(&self) {
+        let mut stop = self.stop.subscribe();
+        // Fails only when the sender is gone, and `self` owns it.
+        let _ = stop.wait_for(|s| *s).await;
+    }
+}
+
+/// The lease name the lease strategies lock.
+const LEASE_NAME: &str = "resource";
+
+/// The Redis key that holds the lock of `strategy` for a cell whose keys start with `key`, for
+/// the harness to look at (`None` without a lock). The one place that knows each strategy's key.
+pub(crate) fn lock_key(strategy: Strategy, key: &str) -> Option<String> {
+    match strategy {
+        Strategy::Naive | Strategy::TtlDel => Some(format!("{key}:lock")),
+        Strategy::Lease | Strategy::LeaseFence => {
+            LeaseKeys::new(key, LEASE_NAME).ok().map(|k| k.lock)
+        }
+        Strategy::DbGuards => None,
+    }
 }
 
 /// The lock a strategy takes before its critical section.
 enum Locker {
-    /// `SETNX key 1` then `PEXPIRE key ttl` (two commands), released with `DEL`.
+    /// `SETNX key token` then `PEXPIRE key ttl` (two commands), released with `DEL`.
     Naive {
         con: ConnectionManager,
         key: String,
@@ -97,9 +149,20 @@ enum Locker {
 }
 
 enum Held {
-    Redis,
+    /// A plain Redis lock holding this token.
+    Redis(String),
     Lease(Lease),
     Nothing,
+}
+
+/// How a lock wait ended.
+enum Acquired {
+    /// The lock is ours, with its fence (0 without one).
+    Held(Held, i64),
+    /// Nobody freed the lock within the stall limit.
+    Stalled(Duration),
+    /// The harness said `stop` while we waited.
+    Stopping,
 }
 
 impl std::fmt::Debug for Locker {
@@ -107,8 +170,6 @@ impl std::fmt::Debug for Locker {
         f.write_str("Locker")
     }
 }
-
-const MAX_WAIT: Duration = Duration::from_secs(10);
 
 impl Locker {
     async fn new(args: &WorkerArgs) -> anyhow::Result<Self> {
@@ -129,15 +190,16 @@ impl Locker {
                 .await
                 .with_context(|| format!("cannot connect to Redis at {url}"))
         };
+        let lock = || lock_key(args.strategy, &args.key).unwrap_or_default();
         Ok(match args.strategy {
             Strategy::Naive => Self::Naive {
                 con: redis().await?,
-                key: format!("{}:lock", args.key),
+                key: lock(),
                 ttl,
             },
             Strategy::TtlDel => Self::TtlDel {
                 con: redis().await?,
-                key: format!("{}:lock", args.key),
+                key: lock(),
                 ttl,
             },
             Strategy::Lease | Strategy::LeaseFence => {
@@ -151,7 +213,7 @@ impl Locker {
                     .await?;
                 Self::Lease {
                     client,
-                    name: "resource".to_owned(),
+                    name: LEASE_NAME.to_owned(),
                     opts: LeaseOptions::with_ttl(ttl)?,
                 }
             }
@@ -159,26 +221,46 @@ impl Locker {
         })
     }
 
-    async fn acquire(&mut self) -> anyhow::Result<(Held, i64)> {
-        let deadline = tokio::time::Instant::now() + MAX_WAIT;
+    /// Waits for the lock up to `stall_after`, or until the harness says stop.
+    async fn acquire(
+        &mut self,
+        stall_after: Duration,
+        control: &Control,
+    ) -> anyhow::Result<Acquired> {
+        let started = tokio::time::Instant::now();
+        let gave_up = || {
+            if control.stopping() {
+                Some(Acquired::Stopping)
+            } else if started.elapsed() >= stall_after {
+                Some(Acquired::Stalled(started.elapsed()))
+            } else {
+                None
+            }
+        };
         match self {
             Self::Naive { con, key, ttl } => loop {
+                // A token, not `1`, only so the harness can tell one holder's lock from the next
+                // (the lock is as naive as ever: release is a bare DEL).
+                let token = format!("{:032x}", rand::random::<u128>());
                 let won: bool = redis::cmd("SETNX")
                     .arg(&*key)
-                    .arg(1)
+                    .arg(&token)
                     .query_async(con)
                     .await?;
                 if won {
-                    // The classic mistake: the expiry is a second command, so a crash between the
-                    // two leaves a lock that never expires.
+                    // The classic mistake: the expiry is a second command, so a crash (or a
+                    // failover) between the two leaves a lock that never expires.
                     let _: bool = redis::cmd("PEXPIRE")
                         .arg(&*key)
                         .arg(ttl.as_millis() as u64)
                         .query_async(con)
                         .await?;
-                    return Ok((Held::Redis, 0));
+                    return Ok(Acquired::Held(Held::Redis(token), 0));
                 }
-                backoff(deadline).await?;
+                if let Some(end) = gave_up() {
+                    return Ok(end);
+                }
+                backoff().await;
             },
             Self::TtlDel { con, key, ttl } => loop {
                 let token = format!("{:032x}", rand::random::<u128>());
@@ -191,43 +273,77 @@ impl Locker {
                     .query_async(con)
                     .await?;
                 if won.is_some() {
-                    return Ok((Held::Redis, 0));
+                    return Ok(Acquired::Held(Held::Redis(token), 0));
                 }
-                backoff(deadline).await?;
+                if let Some(end) = gave_up() {
+                    return Ok(end);
+                }
+                backoff().await;
             },
             Self::Lease { client, name, opts } => {
-                let lease = client.acquire(name, opts, MAX_WAIT).await?;
-                let fence = lease.fence().as_i64();
-                Ok((Held::Lease(lease), fence))
+                tokio::select! {
+                    r = client.acquire(name, opts, stall_after) => match r {
+                        Ok(lease) => {
+                            let fence = lease.fence().as_i64();
+                            Ok(Acquired::Held(Held::Lease(lease), fence))
+                        }
+                        Err(leasehold::Error::WaitTimeout { waited, .. }) => {
+                            Ok(Acquired::Stalled(waited))
+                        }
+                        Err(e) => Err(e.into()),
+                    },
+                    // Cancelling a lease wait is clean (documented cancel safe).
+                    _ = control.stopped() => Ok(Acquired::Stopping),
+                }
             }
-            Self::Nothing => Ok((Held::Nothing, 0)),
+            Self::Nothing => Ok(Acquired::Held(Held::Nothing, 0)),
         }
     }
 
-    async fn release(&mut self, held: Held) -> bool {
+    /// What Redis says of the lock key now: its PTTL (-1 no expiry, -2 absent).
+    async fn lock_ttl_ms(&mut self) -> Option<i64> {
+        match self {
+            Self::Naive { con, key, .. } | Self::TtlDel { con, key, .. } => {
+                redis::cmd("PTTL").arg(&*key).query_async(con).await.ok()
+            }
+            Self::Lease { client, name, .. } => {
+                let info = client.inspect(name).await.ok()?;
+                Some(match (info.held, info.ttl_ms) {
+                    (false, _) => -2,
+                    (true, None) => -1,
+                    (true, Some(ms)) => i64::try_from(ms).unwrap_or(i64::MAX),
+                })
+            }
+            Self::Nothing => None,
+        }
+    }
+
+    /// Releases `held`: whether a lock was deleted, or why the release failed.
+    async fn release(&mut self, held: Held) -> Result<bool, String> {
         match (self, held) {
-            (Self::Naive { con, key, .. } | Self::TtlDel { con, key, .. }, Held::Redis) => {
+            (Self::Naive { con, key, .. } | Self::TtlDel { con, key, .. }, Held::Redis(_)) => {
                 // A bare DEL: it deletes whoever's lock is there now.
                 redis::cmd("DEL")
                     .arg(&*key)
                     .query_async::<i64>(con)
                     .await
                     .map(|n| n == 1)
-                    .unwrap_or(false)
+                    .map_err(|e| e.to_string())
             }
-            (_, Held::Lease(lease)) => lease.release().await.is_ok(),
-            _ => true,
+            (_, Held::Lease(lease)) => lease
+                .release()
+                .await
+                .map(|_| true)
+                .map_err(|e| e.to_string()),
+            _ => Ok(true),
         }
     }
 }
 
-async fn backoff(deadline: tokio::time::Instant) -> anyhow::Result<()> {
-    if tokio::time::Instant::now() > deadline {
-        anyhow::bail!("lock not acquired within {MAX_WAIT:?}");
-    }
+/// The polling locks' pause between two tries.
+async fn backoff() {
     let jitter = rand::random::<u64>() % 5;
     tokio::time::sleep(Duration::from_millis(3 + jitter)).await;
-    Ok(())
 }
 
 /// Where the worker's reads and writes go: the cell's tables, and leasehold's fenced transactions
@@ -258,7 +374,11 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
         guards,
     };
     let mut locker = Locker::new(&args).await?;
-    let control = Arc::new(Control::default());
+    let control = Arc::new(Control {
+        hold_next: AtomicBool::new(false),
+        stop: watch::channel(false).0,
+        go: Notify::new(),
+    });
     let reader = control.clone();
     // A plain thread: blocking reads of stdin must not occupy the async runtime.
     std::thread::spawn(move || {
@@ -268,44 +388,79 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
                     "hold" => reader.hold_next.store(true, Ordering::SeqCst),
                     "unhold" => reader.hold_next.store(false, Ordering::SeqCst),
                     "go" => reader.go.notify_one(),
-                    "stop" => reader.stop.store(true, Ordering::SeqCst),
+                    "stop" => {
+                        reader.stop.send_replace(true);
+                    }
                     _ => {}
                 },
                 Err(_) => break,
             }
         }
-        reader.stop.store(true, Ordering::SeqCst);
+        reader.stop.send_replace(true);
         reader.go.notify_one();
     });
     emit(&Event::Ready);
     let work = Duration::from_millis(args.work_ms);
+    let stall_after = Duration::from_millis(args.stall_ms);
     let mut op = args.start_op;
     let mut done = 0u64;
     let mut retries = 0u32;
-    while !control.stop.load(Ordering::SeqCst) {
-        match one_op(&args, &writers, &mut locker, &control, op, work).await {
-            Ok(()) => {
+    while !control.stopping() {
+        let outcome = one_op(
+            &args,
+            &writers,
+            &mut locker,
+            &control,
+            op,
+            work,
+            stall_after,
+        )
+        .await;
+        let failed = match outcome {
+            Ok(Step::Done) => {
                 op += 1;
                 done += 1;
                 retries = 0;
+                false
+            }
+            Ok(Step::Stopping) => break,
+            Ok(Step::Stalled(waited)) => {
+                let lock_ttl_ms = locker.lock_ttl_ms().await;
+                emit(&Event::Stalled {
+                    op,
+                    at_ms: now_ms(),
+                    waited_ms: waited.as_millis() as u64,
+                    lock_ttl_ms,
+                });
+                true
             }
             Err(e) => {
                 emit(&Event::Failed {
                     op,
                     error: format!("{e:#}"),
                 });
-                // A client retry of the same request, up to three times, then move on.
-                retries += 1;
-                if retries >= 3 {
-                    op += 1;
-                    retries = 0;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                true
             }
+        };
+        if failed {
+            // A client retry of the same request, up to three times, then move on.
+            retries += 1;
+            if retries >= 3 {
+                op += 1;
+                retries = 0;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     emit(&Event::Exit { ops: done });
     Ok(0)
+}
+
+/// How one operation ended, when it did not fail.
+enum Step {
+    Done,
+    Stalled(Duration),
+    Stopping,
 }
 
 async fn one_op(
@@ -315,24 +470,38 @@ async fn one_op(
     control: &Control,
     op: u64,
     work: Duration,
-) -> anyhow::Result<()> {
-    let (held, fence) = locker.acquire().await?;
+    stall_after: Duration,
+) -> anyhow::Result<Step> {
+    let (held, fence) = match locker.acquire(stall_after, control).await? {
+        Acquired::Held(held, fence) => (held, fence),
+        Acquired::Stalled(waited) => return Ok(Step::Stalled(waited)),
+        Acquired::Stopping => return Ok(Step::Stopping),
+    };
     let locked = !matches!(held, Held::Nothing);
     if locked {
         emit(&Event::Acquired {
             op,
             at_ms: now_ms(),
             fence,
+            token: match &held {
+                Held::Redis(token) => Some(token.clone()),
+                _ => None,
+            },
         });
     }
     let result = critical_section(args, writers, control, op, work, fence).await;
     if locked {
         // The holder's own view ends when it sends the release, not when the reply arrives.
         let at_ms = now_ms();
-        let ok = locker.release(held).await;
-        emit(&Event::Released { op, at_ms, ok });
+        let released = locker.release(held).await;
+        emit(&Event::Released {
+            op,
+            at_ms,
+            ok: released == Ok(true),
+            error: released.err(),
+        });
     }
-    result
+    result.map(|()| Step::Done)
 }
 
 async fn critical_section(
@@ -361,7 +530,7 @@ async fn critical_section(
         });
         return Ok(());
     }
-    let plan = resource.read(args.workload, op).await?;
+    let plan = resource.read(args.workload).await?;
     // The harness's faults land here: inside the critical section, after the read, before a write
     // that depends on it (an operation with nothing to write cannot be hurt, so it does not stop).
     if !matches!(plan, Plan::Skip) && control.hold_next.swap(false, Ordering::SeqCst) {

@@ -1,0 +1,488 @@
+//! What one cell runs on: its Redis (private servers, or the user's) behind one proxy per worker
+//! slot, its worker processes, and the log of what they said.
+//!
+//! Limit: the lock key is looked at from outside (`GET`, `PTTL`), which is how the harness tells a
+//! lock that will never expire from one that is merely held; it cannot see a lock's history.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+use tokio::process::{Child, ChildStdin, Command};
+
+use leasehold_testkit::{Proxy, RedisServer};
+
+use super::harness::RunContext;
+use super::worker::{now_ms, Event};
+use super::{Fault, Strategy, Workload};
+
+/// Splits a Redis URL into (before host, host:port, after) so the host can be swapped for a proxy.
+pub(crate) fn split_redis_url(url: &str) -> anyhow::Result<(String, String, String)> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .with_context(|| format!("--redis {url:?}: expected redis://[user:pass@]host:port[/db]"))?;
+    let (auth, hostpart) = match rest.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), rest),
+    };
+    let (hostport, tail) = match hostpart.find('/') {
+        Some(i) => (&hostpart[..i], &hostpart[i..]),
+        None => (hostpart, ""),
+    };
+    let hostport = if hostport.contains(':') {
+        hostport.to_owned()
+    } else {
+        format!("{hostport}:6379")
+    };
+    Ok((format!("{scheme}://{auth}"), hostport, tail.to_owned()))
+}
+
+/// Redis for one cell: the server(s) and one proxy per worker slot.
+#[derive(Debug)]
+pub(crate) struct RedisSetup {
+    /// The server the workers' proxies lead to (`None` with the user's Redis, and for a moment
+    /// during a failover).
+    pub(crate) primary: Option<RedisServer>,
+    /// A replica of the primary, reached through `replication`, ready for the next failover.
+    pub(crate) replica: Option<RedisServer>,
+    /// The replication link, as a proxy the harness can cut.
+    pub(crate) replication: Option<Proxy>,
+    /// One proxy per worker slot, so a network fault can hit one worker.
+    pub(crate) proxies: Vec<Proxy>,
+    /// The user's Redis URL (`--redis`), looked at directly.
+    user_url: Option<String>,
+    url_head: String,
+    url_tail: String,
+}
+
+impl RedisSetup {
+    pub(crate) async fn start(ctx: &RunContext, fault: Fault) -> anyhow::Result<Self> {
+        let needs = fault.needs();
+        let mut setup = match &ctx.user_redis {
+            Some(url) => {
+                let (head, hostport, tail) = split_redis_url(url)?;
+                let addr = tokio::net::lookup_host(hostport.as_str())
+                    .await
+                    .with_context(|| format!("cannot resolve the Redis host {hostport}"))?
+                    .next()
+                    .with_context(|| format!("no address for the Redis host {hostport}"))?;
+                Self::with_proxies(ctx, addr, None, Some(url.clone()), head, tail).await?
+            }
+            None => {
+                let fake_clock = needs.fake_clock;
+                let primary = tokio::task::spawn_blocking(move || {
+                    let mut b = server_builder();
+                    if fake_clock {
+                        b = b.fake_clock();
+                    }
+                    b.start()
+                })
+                .await??;
+                let upstream: SocketAddr = ([127, 0, 0, 1], primary.port()).into();
+                let head = "redis://".to_owned();
+                Self::with_proxies(ctx, upstream, Some(primary), None, head, "/".into()).await?
+            }
+        };
+        if needs.replica {
+            setup.ensure_replica().await?;
+        }
+        Ok(setup)
+    }
+
+    async fn with_proxies(
+        ctx: &RunContext,
+        upstream: SocketAddr,
+        primary: Option<RedisServer>,
+        user_url: Option<String>,
+        url_head: String,
+        url_tail: String,
+    ) -> anyhow::Result<Self> {
+        let mut proxies = Vec::new();
+        for _ in 0..ctx.workers {
+            proxies.push(Proxy::start(upstream).await?);
+        }
+        Ok(Self {
+            primary,
+            replica: None,
+            replication: None,
+            proxies,
+            user_url,
+            url_head,
+            url_tail,
+        })
+    }
+
+    /// The URL worker `slot` connects to (its own proxy).
+    pub(crate) fn url(&self, slot: u32) -> String {
+        format!(
+            "{}{}{}",
+            self.url_head,
+            self.proxies[slot as usize].addr(),
+            self.url_tail
+        )
+    }
+
+    /// Starts a replica of the primary behind a fresh replication proxy, unless one is there, and
+    /// waits until it has synced: after a failover the promoted server gets a replica of its own, so
+    /// the next failover has somewhere to go.
+    pub(crate) async fn ensure_replica(&mut self) -> anyhow::Result<()> {
+        if self.replica.is_some() {
+            return Ok(());
+        }
+        let primary = self
+            .primary
+            .as_ref()
+            .context("a failover needs a Redis the harness runs")?;
+        let replication = Proxy::start(([127, 0, 0, 1], primary.port()).into()).await?;
+        let port = replication.port();
+        let replica =
+            tokio::task::spawn_blocking(move || server_builder().replica_of(port).start())
+                .await??;
+        // Waited for here, not on the blocking thread, so an interrupted run drops (and stops) the
+        // replica at once.
+        wait_until_synced(&primary.url(), &replica.url()).await?;
+        self.replica = Some(replica);
+        self.replication = Some(replication);
+        Ok(())
+    }
+
+    /// Cuts the replication link: from now on the primary's writes do not reach the replica.
+    pub(crate) fn cut_replication(&self) {
+        if let Some(p) = &self.replication {
+            p.cut();
+        }
+    }
+
+    /// Kills the primary, promotes the replica and switches every worker's proxy to it, closing
+    /// their connections (clients reconnect, to the new primary).
+    pub(crate) async fn fail_over(&mut self) -> anyhow::Result<()> {
+        if let Some(mut old) = self.primary.take() {
+            tokio::task::spawn_blocking(move || old.kill()).await??;
+        }
+        let mut replica = self.replica.take().context("no replica to fail over to")?;
+        let port = replica.port();
+        let promoted =
+            tokio::task::spawn_blocking(move || replica.promote().map(|_| replica)).await??;
+        self.replication = None;
+        self.primary = Some(promoted);
+        for p in &self.proxies {
+            p.set_upstream(([127, 0, 0, 1], port).into());
+            p.reset_connections();
+        }
+        Ok(())
+    }
+
+    /// The Redis the workers' proxies lead to, for the harness's own look.
+    fn direct_url(&self) -> Option<String> {
+        self.user_url
+            .clone()
+            .or_else(|| self.primary.as_ref().map(|p| p.url()))
+    }
+
+    /// The token of a lock in `lock_key` that will never expire: the same holder's token with no
+    /// TTL at two looks 100 ms apart. A live naive holder sets its expiry one round trip after
+    /// taking the lock, so one look alone could catch that instant; the same token twice cannot.
+    pub(crate) async fn lock_without_expiry(&self, lock_key: &str) -> Option<String> {
+        let url = self.direct_url()?;
+        let look = || async {
+            let client = redis::Client::open(url.as_str()).ok()?;
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(1)))
+                .set_response_timeout(Some(Duration::from_secs(1)));
+            let mut con = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .ok()?;
+            let (token, pttl): (Option<String>, i64) = redis::pipe()
+                .cmd("GET")
+                .arg(lock_key)
+                .cmd("PTTL")
+                .arg(lock_key)
+                .query_async(&mut con)
+                .await
+                .ok()?;
+            token.filter(|_| pttl == -1)
+        };
+        let first = look().await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        look().await.filter(|second| *second == first)
+    }
+}
+
+/// A private server as the harness runs it. A diskless full sync starts at once instead of after
+/// the default 5 s wait for more replicas, so that arming a failover takes milliseconds.
+fn server_builder() -> leasehold_testkit::RedisServerBuilder {
+    RedisServer::builder()
+        .arg("--repl-diskless-sync-delay")
+        .arg("0")
+}
+
+/// Waits until the replica has loaded the primary's snapshot *and* received the writes made while
+/// it was taken. `master_link_status:up` alone comes too early: the primary sends what it buffered
+/// during a full sync only after that, and a cut in between would leave the replica with the
+/// snapshot's state (e.g. a lock caught between `SETNX` and its `PEXPIRE`), a different fault than
+/// the one meant.
+async fn wait_until_synced(primary_url: &str, replica_url: &str) -> anyhow::Result<()> {
+    let mut primary = redis::Client::open(primary_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut replica = redis::Client::open(replica_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let offset = |info: &str| -> Option<i64> {
+        info.lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut target: Option<i64> = None;
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut replica)
+            .await?;
+        if info.contains("master_link_status:up") {
+            match target {
+                None => {
+                    let p: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query_async(&mut primary)
+                        .await?;
+                    target = offset(&p);
+                }
+                Some(t) if offset(&info).is_some_and(|r| r >= t) => return Ok(()),
+                Some(_) => {}
+            }
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("the replica did not catch up with its primary within 10 s: {info}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One worker process and the pipe the harness commands it through.
+#[derive(Debug)]
+pub(crate) struct WorkerProc {
+    pub(crate) child: Child,
+    stdin: ChildStdin,
+}
+
+impl WorkerProc {
+    pub(crate) fn pid(&self) -> Option<Pid> {
+        self.child.id().map(|id| Pid::from_raw(id as i32))
+    }
+
+    pub(crate) async fn send(&mut self, line: &str) {
+        // A worker that is gone cannot be commanded; the caller notices by its missing events.
+        let _ = self.stdin.write_all(format!("{line}\n").as_bytes()).await;
+        let _ = self.stdin.flush().await;
+    }
+}
+
+/// Events from all workers of a cell, in arrival order.
+#[derive(Debug, Default)]
+pub(crate) struct Log {
+    pub(crate) events: Mutex<Vec<(u32, i64, Event)>>,
+    pub(crate) stderr: Mutex<String>,
+}
+
+impl Log {
+    pub(crate) fn len(&self) -> usize {
+        self.events.lock().map(|e| e.len()).unwrap_or(0)
+    }
+
+    pub(crate) fn find_since(&self, since: usize, pred: impl Fn(u32, &Event) -> bool) -> bool {
+        self.events
+            .lock()
+            .map(|e| e.iter().skip(since).any(|(s, _, ev)| pred(*s, ev)))
+            .unwrap_or(false)
+    }
+
+    pub(crate) async fn wait_for(
+        &self,
+        since: usize,
+        timeout: Duration,
+        pred: impl Fn(u32, &Event) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.find_since(since, &pred) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        false
+    }
+
+    pub(crate) fn first_held_since(&self, since: usize) -> Option<u32> {
+        self.events.lock().ok().and_then(|e| {
+            e.iter()
+                .skip(since)
+                .find(|(_, _, ev)| matches!(ev, Event::Held { .. }))
+                .map(|(s, _, _)| *s)
+        })
+    }
+
+    pub(crate) fn last_op(&self, slot: u32) -> u64 {
+        let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
+        events
+            .iter()
+            .filter(|(s, _, _)| *s == slot)
+            .filter_map(|(_, _, ev)| match ev {
+                Event::Acquired { op, .. }
+                | Event::Held { op }
+                | Event::Wrote { op, .. }
+                | Event::Failed { op, .. }
+                | Event::Stalled { op, .. } => Some(*op),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Who took the lock with `token`, and what became of its release.
+    pub(crate) fn lock_taken_with(&self, token: &str) -> Option<LockStory> {
+        let events = self.events.lock().ok()?;
+        let (i, slot, op, at) = events
+            .iter()
+            .enumerate()
+            .find_map(|(i, (s, _, ev))| match ev {
+                Event::Acquired {
+                    op,
+                    at_ms,
+                    token: Some(t),
+                    ..
+                } if t == token => Some((i, *s, *op, *at_ms)),
+                _ => None,
+            })?;
+        let released = events[i..].iter().find_map(|(s, _, ev)| match ev {
+            Event::Released {
+                op: o,
+                at_ms,
+                ok,
+                error,
+            } if *s == slot && *o == op => Some((*at_ms, error.clone().map_or(Ok(*ok), Err))),
+            _ => None,
+        });
+        Some(LockStory {
+            slot,
+            op,
+            taken_ms: at,
+            released,
+        })
+    }
+
+    pub(crate) fn ready_count(&self) -> usize {
+        self.events
+            .lock()
+            .map(|e| {
+                e.iter()
+                    .filter(|(_, _, ev)| matches!(ev, Event::Ready))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// One holder's lock, as its worker told it.
+#[derive(Debug)]
+pub(crate) struct LockStory {
+    pub(crate) slot: u32,
+    pub(crate) op: u64,
+    /// When the lock was taken (after the whole acquire, e.g. `SETNX` then `PEXPIRE`).
+    pub(crate) taken_ms: i64,
+    /// When the holder released it, and how that went: a lock deleted or not, or the error.
+    pub(crate) released: Option<(i64, Result<bool, String>)>,
+}
+
+/// What a worker process is started with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkerSpec<'a> {
+    pub(crate) workload: Workload,
+    pub(crate) strategy: Strategy,
+    pub(crate) prefix: &'a str,
+    pub(crate) key: &'a str,
+}
+
+/// Starts the worker for `slot`, its events going to `log`.
+pub(crate) async fn spawn_worker(
+    ctx: &RunContext,
+    log: &Arc<Log>,
+    spec: WorkerSpec<'_>,
+    slot: u32,
+    redis_url: Option<String>,
+    start_op: u64,
+) -> anyhow::Result<WorkerProc> {
+    let mut cmd = Command::new(&ctx.exe);
+    cmd.arg("__verify-worker")
+        .args(["--strategy", &spec.strategy.to_string()])
+        .args(["--workload", &spec.workload.to_string()])
+        .args(["--database", &ctx.database])
+        .args(["--prefix", spec.prefix])
+        .args(["--key", spec.key])
+        .args(["--slot", &slot.to_string()])
+        .args(["--ttl-ms", &ctx.timing.ttl.as_millis().to_string()])
+        .args([
+            "--stall-ms",
+            &ctx.timing.stall_after.as_millis().to_string(),
+        ])
+        .args(["--start-op", &start_op.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(url) = redis_url {
+        cmd.args(["--redis", &url]);
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot spawn the worker {}", ctx.exe.display()))?;
+    let stdin = child.stdin.take().context("worker stdin")?;
+    let stdout = child.stdout.take().context("worker stdout")?;
+    let stderr = child.stderr.take().context("worker stderr")?;
+    let events = log.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(ev) = serde_json::from_str::<Event>(&line) {
+                if let Ok(mut e) = events.events.lock() {
+                    e.push((slot, now_ms(), ev));
+                }
+            }
+        }
+    });
+    let errors = log.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(mut s) = errors.stderr.lock() {
+                if s.len() < 4000 {
+                    s.push_str(&format!("worker {slot}: {line}\n"));
+                }
+            }
+        }
+    });
+    Ok(WorkerProc { child, stdin })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_urls_split_around_the_host() {
+        let (h, hp, t) = split_redis_url("redis://u:p@example.org:6380/2").unwrap();
+        assert_eq!(
+            (h.as_str(), hp.as_str(), t.as_str()),
+            ("redis://u:p@", "example.org:6380", "/2")
+        );
+        let (_, hp, t) = split_redis_url("redis://localhost").unwrap();
+        assert_eq!((hp.as_str(), t.as_str()), ("localhost:6379", ""));
+        assert!(split_redis_url("localhost:6379").is_err());
+    }
+}

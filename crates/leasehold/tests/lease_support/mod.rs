@@ -3,17 +3,22 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold::{LeaseClient, LeaseOptions};
+#[cfg(feature = "redis")]
+use leasehold::LeaseClient;
+use leasehold::LeaseOptions;
+#[cfg(feature = "redis")]
 use leasehold_testkit::RedisServer;
 
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+#[cfg(feature = "redis")]
 pub fn server() -> RedisServer {
     RedisServer::start().expect("start a private redis-server (is redis-server installed?)")
 }
 
+#[cfg(feature = "redis")]
 pub async fn client(server: &RedisServer) -> LeaseClient {
     LeaseClient::builder(server.url())
         .response_timeout(ms(500))
@@ -41,12 +46,14 @@ pub async fn eventually(within: Duration, mut f: impl AsyncFnMut() -> bool) -> b
     }
 }
 
+#[cfg(feature = "redis")]
 /// GET of a raw key through a fresh synchronous connection.
 pub fn raw_get(server: &RedisServer, key: &str) -> Option<String> {
     let mut con = server.connection().expect("sync connection");
     redis::cmd("GET").arg(key).query(&mut con).expect("GET")
 }
 
+#[cfg(feature = "redis")]
 /// The Redis lock key of a lease taken with the default key prefix.
 pub fn lock_key(lease: &leasehold::Lease) -> String {
     leasehold::lease::LeaseKeys::new("leasehold", lease.name())

@@ -63,7 +63,12 @@ fn fence_writebacks(snap: &Snapshotter) -> (u64, u64) {
             continue;
         }
         let DebugValue::Counter(n) = v else { continue };
-        match k.key().labels().find(|l| l.key() == "how").map(|l| l.value().to_owned()) {
+        match k
+            .key()
+            .labels()
+            .find(|l| l.key() == "how")
+            .map(|l| l.value().to_owned())
+        {
             Some(h) if h == "agreed" => agreed += n,
             Some(h) if h == "confirmed" => confirmed += n,
             _ => {}
@@ -268,7 +273,11 @@ async fn redlock_against_one_server_s1_and_s2() {
             let regressions = f.windows(2).filter(|w| w[1] <= w[0]).count();
             println!(
                 "| {label} | {} | {:.0} | {:.2} | {:.2} | {} | {} |",
-                if clients == 1 { "16 tasks, 1 client" } else { "16 clients" },
+                if clients == 1 {
+                    "16 tasks, 1 client"
+                } else {
+                    "16 clients"
+                },
                 n as f64 / secs,
                 (r1 - r0) as f64 / n as f64,
                 (c1 - c0) as f64 / n as f64,

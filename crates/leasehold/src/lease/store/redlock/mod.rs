@@ -491,7 +491,7 @@ impl RedlockStore {
         let limit = self.inner.response_timeout;
         let keys: Arc<Vec<LeaseKeys>> =
             Arc::new(names.iter().map(|name| self.keys(name)).collect());
-        let mut per_node: Vec<Option<Vec<(i64, Option<u64>)>>> = vec![None; n];
+        let mut per_node: Vec<Option<Vec<KeyState>>> = vec![None; n];
         let mut first_failure = None;
         self.fan_out(
             0..n,
@@ -526,7 +526,7 @@ impl RedlockStore {
             },
         )
         .await;
-        let answered: Vec<&Vec<(i64, Option<u64>)>> = per_node.iter().flatten().collect();
+        let answered: Vec<&Vec<KeyState>> = per_node.iter().flatten().collect();
         if answered.len() < quorum {
             return Err(Error::NoQuorum {
                 phase: Phase::Inspect,
@@ -563,6 +563,9 @@ impl RedlockStore {
             .collect())
     }
 }
+
+/// One master's view of one name: the lock's `PTTL` and the recorded fence.
+type KeyState = (i64, Option<u64>);
 
 /// The requests of a [`RedlockStore::fan_out`] still out when the caller stopped listening.
 struct Leftover<T>(Pending<T>);

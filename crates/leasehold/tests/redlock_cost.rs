@@ -77,9 +77,101 @@ fn fence_writebacks(snap: &Snapshotter) -> (u64, u64) {
     (agreed, confirmed)
 }
 
+/// What an S1 side runs: leasehold's lease, or the minimal lock on the same masters.
+enum Lock {
+    Lease(LeaseClient),
+    /// `SET key token NX PX` on every master at once, then a compare-and-delete script on every
+    /// master at once, each step done when a majority answered: the protocol's floor, without
+    /// fences, renewal or cancel safety. One master: the single-server store's S1 baseline.
+    Minimal(Vec<redis::aio::MultiplexedConnection>),
+}
+
+static CAD: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    )
+});
+
+impl Lock {
+    async fn cycle(&self, opts: &LeaseOptions) {
+        match self {
+            Lock::Lease(c) => c
+                .try_acquire("s1", opts)
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap(),
+            Lock::Minimal(cons) => {
+                let token = format!("{:032x}", rand::random::<u128>());
+                let need = cons.len() / 2 + 1;
+                let set = |con: &redis::aio::MultiplexedConnection| {
+                    let (mut con, token) = (con.clone(), token.clone());
+                    async move {
+                        redis::cmd("SET")
+                            .arg("s1-minimal")
+                            .arg(token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(30_000)
+                            .query_async::<Option<String>>(&mut con)
+                            .await
+                            .unwrap()
+                            .is_some()
+                    }
+                };
+                majority(cons.iter().map(set).collect(), need).await;
+                let del = |con: &redis::aio::MultiplexedConnection| {
+                    let (mut con, token) = (con.clone(), token.clone());
+                    async move {
+                        CAD.key("s1-minimal")
+                            .arg(token)
+                            .invoke_async::<i64>(&mut con)
+                            .await
+                            .unwrap()
+                            == 1
+                    }
+                };
+                majority(cons.iter().map(del).collect(), need).await;
+            }
+        }
+    }
+
+    fn requests(&self) -> u64 {
+        match self {
+            Lock::Lease(c) => c.round_trips(),
+            Lock::Minimal(_) => 0,
+        }
+    }
+}
+
+/// Waits until `need` of the futures said yes; the rest finish in the background.
+async fn majority<F>(futs: Vec<F>, need: usize)
+where
+    F: std::future::Future<Output = bool> + Send + 'static,
+{
+    let mut pending: futures::stream::FuturesUnordered<F> = futs.into_iter().collect();
+    let mut yes = 0;
+    while let Some(ok) = futures::StreamExt::next(&mut pending).await {
+        yes += usize::from(ok);
+        if yes >= need {
+            break;
+        }
+    }
+    assert!(
+        yes >= need,
+        "the minimal lock was busy on a name nobody else uses"
+    );
+    if !pending.is_empty() {
+        tokio::spawn(
+            async move { while futures::StreamExt::next(&mut pending).await.is_some() {} },
+        );
+    }
+}
+
 struct Side {
     label: &'static str,
-    client: LeaseClient,
+    lock: Lock,
     servers: Vec<usize>,
     cycles: u64,
     time: Duration,
@@ -133,58 +225,74 @@ async fn redlock_against_one_server_s1_and_s2() {
             .unwrap_or("?")
     );
 
-    // S1: alternating 50 ms slices, so both sides see the same machine noise.
+    // S1: alternating 50 ms slices, so every side sees the same machine noise.
+    let conns = async |idx: &[usize]| {
+        let mut v = Vec::new();
+        for &i in idx {
+            v.push(
+                redis::Client::open(servers[i].url())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap(),
+            );
+        }
+        v
+    };
+    let side = |label, lock, servers| Side {
+        label,
+        lock,
+        servers,
+        cycles: 0,
+        time: Duration::ZERO,
+        lat: Vec::new(),
+        requests: 0,
+        commands: 0,
+    };
     let mut sides = [
-        Side {
-            label: "single server",
-            client: connect(std::slice::from_ref(&single_url)).await,
-            servers: vec![0],
-            cycles: 0,
-            time: Duration::ZERO,
-            lat: Vec::new(),
-            requests: 0,
-            commands: 0,
-        },
-        Side {
-            label: "redlock, 3 masters",
-            client: connect(&masters).await,
-            servers: vec![1, 2, 3],
-            cycles: 0,
-            time: Duration::ZERO,
-            lat: Vec::new(),
-            requests: 0,
-            commands: 0,
-        },
+        side(
+            "leasehold, single server",
+            Lock::Lease(connect(std::slice::from_ref(&single_url)).await),
+            vec![0],
+        ),
+        side(
+            "leasehold, redlock on 3 masters",
+            Lock::Lease(connect(&masters).await),
+            vec![1, 2, 3],
+        ),
+        side(
+            "minimal lock, single server",
+            Lock::Minimal(conns(&[0]).await),
+            vec![0],
+        ),
+        side(
+            "minimal lock, majority of 3 masters",
+            Lock::Minimal(conns(&[1, 2, 3]).await),
+            vec![1, 2, 3],
+        ),
     ];
     for side in &sides {
         for _ in 0..200 {
-            side.client
-                .try_acquire("s1", &opts)
-                .await
-                .unwrap()
-                .release()
-                .await
-                .unwrap();
+            side.lock.cycle(&opts).await;
         }
     }
     let (agreed0, confirmed0) = fence_writebacks(&snap);
     let slices = ((total.as_millis() / 50) as u32).max(2);
     let slice = total / slices;
-    for i in 0..slices {
-        for which in [i as usize % 2, (i as usize + 1) % 2] {
-            let side = &mut sides[which];
+    for i in 0..slices as usize {
+        for k in 0..sides.len() {
+            let side = &mut sides[(i + k) % 4];
             let srv: Vec<&RedisServer> = side.servers.iter().map(|&j| &servers[j]).collect();
-            let (c0, r0) = (commands(&srv), side.client.round_trips());
+            let (c0, r0) = (commands(&srv), side.lock.requests());
             let start = Instant::now();
             while start.elapsed() < slice {
                 let t = Instant::now();
-                let l = side.client.try_acquire("s1", &opts).await.unwrap();
-                l.release().await.unwrap();
+                side.lock.cycle(&opts).await;
                 side.lat.push(t.elapsed());
                 side.cycles += 1;
             }
             side.time += start.elapsed();
-            side.requests += side.client.round_trips() - r0;
+            side.requests += side.lock.requests() - r0;
             side.commands += commands(&srv) - c0 - srv.len() as u64;
         }
     }
@@ -192,22 +300,30 @@ async fn redlock_against_one_server_s1_and_s2() {
     println!("\nS1 uncontended: acquire + release of one free name, one client");
     println!("| | cycles/s | p50 µs | p99 µs | requests / cycle | Redis commands / cycle |");
     println!("|---|---|---|---|---|---|");
-    let mut rates = [0.0; 2];
+    let mut rates = [0.0; 4];
     for (k, side) in sides.iter_mut().enumerate() {
         rates[k] = side.cycles as f64 / side.time.as_secs_f64();
+        let requests = match side.lock {
+            Lock::Lease(_) => format!("{:.2}", side.requests as f64 / side.cycles as f64),
+            Lock::Minimal(ref c) => format!("{}", 2 * c.len()),
+        };
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {requests} | {:.2} |",
             side.label,
             rates[k],
             pct(&mut side.lat, 0.5),
             pct(&mut side.lat, 0.99),
-            side.requests as f64 / side.cycles as f64,
             side.commands as f64 / side.cycles as f64
         );
     }
     println!(
-        "ratio redlock / single server: {:.2}; fence settled in the acquire itself {} times, written back in a second round trip {} times",
+        "ratios: leasehold redlock / leasehold single server {:.2}; minimal majority / minimal single {:.2} (what fanning out to three masters costs on this machine); leasehold redlock / minimal majority {:.2}",
         rates[1] / rates[0],
+        rates[3] / rates[2],
+        rates[1] / rates[3]
+    );
+    println!(
+        "redlock fences settled in the acquire itself: {}; written back in a second round trip: {}",
         agreed - agreed0,
         confirmed - confirmed0
     );

@@ -100,9 +100,12 @@ pub(crate) struct RedlockStore {
 struct Inner {
     /// The masters, in the order their URLs were given.
     nodes: Vec<Node>,
-    /// Masters in run-id order (unreached ones last): the first one up is where this client's
-    /// waiters block, so that clients listing the URLs in different orders still agree.
+    /// Masters in run-id order (unreached ones last), so that clients listing the URLs in different
+    /// orders choose the same master to block on.
     wake_order: Vec<usize>,
+    /// Where each waiting acquire (by token) blocks next, chosen from its last busy answer:
+    /// `Some(master)`, or `None` for a short sleep after a split vote.
+    waits: std::sync::Mutex<HashMap<String, (Option<usize>, Instant)>>,
     /// Key prefix: keys are `{<prefix>:<name>}:lock` etc., the same on every master.
     prefix: Arc<str>,
     /// Bound on one master's reply.
@@ -237,6 +240,7 @@ impl RedlockStore {
             inner: Arc::new(Inner {
                 nodes,
                 wake_order,
+                waits: std::sync::Mutex::new(HashMap::new()),
                 prefix: settings.prefix.into(),
                 response_timeout: settings.response_timeout,
                 location,
@@ -257,7 +261,28 @@ impl RedlockStore {
         majority(self.n())
     }
 
-    /// The master this client's waiters block on: the first in run-id order that is up.
+    /// Notes where the waiter with `token` blocks next. Entries are taken by the next wait; the
+    /// ones a caller left behind (it gave up without waiting) are swept once there are many.
+    fn note_wait(&self, token: &str, on: Option<usize>) {
+        let mut waits = self.inner.waits.lock().expect("waits lock");
+        if waits.len() >= 1024 {
+            waits.retain(|_, (_, at)| at.elapsed() < Duration::from_secs(60));
+        }
+        waits.insert(token.to_owned(), (on, Instant::now()));
+    }
+
+    /// Where the waiter with `token` was told to block, if its last attempt said.
+    fn take_wait(&self, token: &str) -> Option<Option<usize>> {
+        self.inner
+            .waits
+            .lock()
+            .expect("waits lock")
+            .remove(token)
+            .map(|(on, _)| on)
+    }
+
+    /// The master a waiter with no busy answer to go by blocks on (the next holder of this client
+    /// after a grant whose release will wake it): the first in run-id order that is up.
     fn wake_node(&self) -> Option<usize> {
         self.inner
             .wake_order
@@ -666,13 +691,10 @@ impl Store for RedlockStore {
             .fan_out(
                 0..n,
                 |i, inner| {
-                    // Only the master waiters block on carries the waiting marker.
-                    let wait = if wake == Some(i) {
-                        req.wait
-                    } else {
-                        Duration::ZERO
-                    };
-                    let inv = scripts::acquire(&keys, req.token, ttl, wait, proposal, rule.floor);
+                    // Every master that answers busy keeps a waiting marker, so that whichever of
+                    // them the waiter blocks on, the holder's release there wakes it.
+                    let inv =
+                        scripts::acquire(&keys, req.token, ttl, req.wait, proposal, rule.floor);
                     async move {
                         let mut r = inner.nodes[i]
                             .scripts(std::slice::from_ref(&inv), limit)
@@ -715,10 +737,18 @@ impl Store for RedlockStore {
                     source: first_failure.map(|f| Box::new(f.to_error(Phase::Acquire))),
                 });
             }
-            let wake_was_ours = wake.is_some_and(|w| tally.granted().iter().any(|g| g.0 == w));
-            let remaining = if tally.split() && wake_was_ours {
-                // Nobody will push a wake-up where this client waits: retry after a short random
-                // pause, by which time the other contenders' undos have landed.
+            let split = tally.split();
+            if !req.wait.is_zero() {
+                let on = if split {
+                    None
+                } else {
+                    tally.block_master(&self.inner.wake_order)
+                };
+                self.note_wait(req.token, on);
+            }
+            let remaining = if split {
+                // The other contenders undo their attempts now: retry after a short random pause
+                // rather than all at once when their undos wake everyone.
                 Some(Duration::from_millis(rand::random_range(
                     1..=SPLIT_JITTER_MS,
                 )))
@@ -788,12 +818,18 @@ impl Store for RedlockStore {
         }))
     }
 
-    /// `BLPOP` of the name's wake list on the master this client's waiters block on, for at most
-    /// `block`; when no master is up to block on, or the `BLPOP` fails, a plain sleep of `block` (the
-    /// holder's remaining validity plus jitter) instead of asking the masters again.
+    /// `BLPOP` of the name's wake list for at most `block`, on the master the last busy answer
+    /// pointed to (one the holder holds, with this waiter's marker), else on the first master up in
+    /// run-id order. After a split vote, when no master is up to block on, or when the `BLPOP`
+    /// fails: a plain sleep of `block` (the holder's remaining validity plus jitter) instead of
+    /// asking the masters again.
     async fn wait_turn(&self, req: &Request<'_>, block: Duration) -> Result<Turn> {
         let start = Instant::now();
-        if let Some(w) = self.wake_node() {
+        let on = match self.take_wait(req.token) {
+            Some(on) => on,
+            None => self.wake_node(),
+        };
+        if let Some(w) = on {
             let wake = self.keys(req.name).wake;
             match self.inner.nodes[w]
                 .block_on(&wake, block, self.inner.response_timeout)
@@ -810,6 +846,20 @@ impl Store for RedlockStore {
         }
         tokio::time::sleep(block.saturating_sub(start.elapsed())).await;
         Ok(Turn::AskAgain)
+    }
+
+    /// Releases anything the attempt took, and forgets where it was to block.
+    async fn abandon(&self, req: &Request<'_>) -> Result<()> {
+        self.take_wait(req.token);
+        self.release(&[Held {
+            name: req.name,
+            token: req.token,
+            opts: req.opts,
+        }])
+        .await?
+        .pop()
+        .unwrap_or(Ok(false))
+        .map(drop)
     }
 
     /// Renews on every master at once; the verdict per lease comes from the first majority that

@@ -144,6 +144,29 @@ impl AcquireTally {
         all.into_iter().max().and_then(ms)
     }
 
+    /// The master a waiter should block on, taking masters in `order`: the first held by a holder
+    /// with a majority (its release pushes a wake-up there), else the first busy one. `None` when
+    /// no master answered busy.
+    pub(crate) fn block_master(&self, order: &[usize]) -> Option<usize> {
+        let holder_of = |i: usize| match &self.votes[i] {
+            Some(AcquireVote::Busy { holder, .. }) => Some(holder.as_str()),
+            _ => None,
+        };
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for h in (0..self.votes.len()).filter_map(holder_of) {
+            *counts.entry(h).or_default() += 1;
+        }
+        let majority_holder = counts
+            .into_iter()
+            .find(|&(_, n)| n >= self.quorum)
+            .map(|(h, _)| h);
+        order
+            .iter()
+            .copied()
+            .find(|&i| holder_of(i).is_some() && holder_of(i) == majority_holder)
+            .or_else(|| order.iter().copied().find(|&i| holder_of(i).is_some()))
+    }
+
     /// Whether the busy masters are split between holders none of which has a majority while every
     /// master answered: contenders in the middle of attempts that will be undone at once.
     pub(crate) fn split(&self) -> bool {
@@ -291,6 +314,21 @@ mod tests {
         t.record(2, busy(800, "b"));
         assert!(t.split(), "nobody has a majority and everyone answered");
         assert_eq!(t.busy_for(), Some(Duration::from_millis(900)));
+        assert_eq!(t.block_master(&[0, 2, 1]), Some(2), "the first busy one");
+        let mut t = AcquireTally::new(3);
+        t.record(0, busy(50, "stale"));
+        t.record(1, busy(900, "h"));
+        t.record(2, busy(800, "h"));
+        assert_eq!(
+            t.block_master(&[0, 1, 2]),
+            Some(1),
+            "where the majority holder will push its wake-up"
+        );
+        let mut t = AcquireTally::new(3);
+        t.record(0, taken(1));
+        t.record(1, AcquireVote::Failed);
+        t.record(2, taken(1));
+        assert_eq!(t.block_master(&[0, 1, 2]), None);
         let mut t = AcquireTally::new(3);
         t.record(0, busy(-1, "h"));
         t.record(1, busy(5, "h"));

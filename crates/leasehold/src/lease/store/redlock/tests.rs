@@ -295,3 +295,35 @@ async fn a_failed_attempt_is_undone_where_it_took_the_lock() {
     }
     assert_eq!(m.raw_get(2, &other.store.keys("job").lock), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_where_the_holder_holds_the_lock() {
+    let m = Masters::start();
+    let holder = m.view("wk", FenceRule::PROTOCOL).await;
+    let waiter = m.view("wk", FenceRule::PROTOCOL).await;
+    // The holder lacks the master waiters would block on by default: the waiter's first attempt takes
+    // it, finds the other two busy, gives it back, and must block where the holder will push.
+    let wake = waiter.store.wake_node().expect("a master is up");
+    holder.proxies[wake].cut();
+    let h = Try::new("job", ms(20_000));
+    h.grant(&holder.store).await;
+    let client = crate::LeaseClient::with_store(
+        std::sync::Arc::new(waiter.store.clone()),
+        "wk".to_owned(),
+        ms(300),
+    );
+    let task = tokio::spawn(async move {
+        let started = Instant::now();
+        let o = LeaseOptions::builder().ttl(ms(20_000)).build().unwrap();
+        let l = client.acquire("job", &o, ms(15_000)).await.unwrap();
+        (started.elapsed(), l)
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(h.release(&holder.store).await);
+    let (waited, l) = task.await.unwrap();
+    assert!(
+        waited < ms(5_000),
+        "woken by the release, not by the 20 s expiry: {waited:?}"
+    );
+    l.release().await.unwrap();
+}

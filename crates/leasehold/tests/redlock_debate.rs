@@ -2,7 +2,7 @@
 //! restarts empty (what it is for; the single-server store on that master does not), loses it when
 //! the holder pauses past its validity, and in every case the fence, checked by a fenced SQLite
 //! resource, refuses the stale writer while the same write without the fence goes through.
-#![cfg(feature = "redis")]
+#![cfg(all(feature = "redis", feature = "sqlite"))]
 
 mod lease_support;
 

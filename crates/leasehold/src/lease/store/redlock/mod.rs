@@ -17,7 +17,7 @@
 //! crash of a minority of masters; a fence strictly greater than any fence an earlier holder could
 //! have acted on, across different majorities, delayed messages and (under the clock assumption of
 //! the single-server store) a master that restarts empty. Limit: a holder paused past its validity,
-//! a master whose clock jumps forward, or a master restarted empty while a holder needs it gives two
+//! a master whose clock jumps forward, or a master restarted empty while a holder needs it, gives two
 //! holders, as on one server; only the fence, checked by the resource, keeps the data right.
 //!
 //! Layout: `node` (one master: connections, identity, bounded requests), `quorum` (counting replies;
@@ -55,8 +55,8 @@ const CHUNK: usize = 1_000;
 /// masters' clocks too and every master records the same value (the one-round-trip path).
 const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
 
-/// Longest random pause after a split vote (every master answered, nobody has a majority, this
-/// attempt held the master waiters block on): the contenders' undos are already on their way.
+/// Longest random pause after a split vote (every master answered, nobody has a majority): the
+/// contenders' undos are already on their way, and waking on them together would split again.
 const SPLIT_JITTER_MS: u64 = 10;
 
 /// Which fence rule a store runs. The store always runs [`FenceRule::PROTOCOL`]; the tests also run

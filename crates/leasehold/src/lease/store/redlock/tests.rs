@@ -327,3 +327,31 @@ async fn a_waiter_is_woken_where_the_holder_holds_the_lock() {
     );
     l.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_lost_at_its_deadline_without_a_majority_renewal() {
+    let m = Masters::start();
+    let v = m.view("dl", FenceRule::PROTOCOL).await;
+    let client = crate::LeaseClient::with_store(
+        std::sync::Arc::new(v.store.clone()),
+        "dl".to_owned(),
+        ms(300),
+    );
+    let o = LeaseOptions::builder().ttl(ms(600)).build().unwrap();
+    let lease = client.try_acquire("job", &o).await.unwrap();
+    // One master gone: renewals still reach a majority, over several TTLs.
+    v.proxies[0].cut();
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(!lease.is_lost(), "two of three renew it");
+    // Two gone: no renewal reaches a majority, and the deadline (sent + TTL - drift) fires.
+    v.proxies[1].cut();
+    let cut_at = Instant::now();
+    let reason = tokio::time::timeout(ms(2_000), lease.lost().fired())
+        .await
+        .expect("the lost signal fires");
+    assert_eq!(reason, crate::LostReason::DeadlinePassed);
+    assert!(
+        cut_at.elapsed() < ms(700),
+        "within one TTL of the last renewal"
+    );
+}

@@ -351,7 +351,7 @@ async fn the_lease_is_lost_at_its_deadline_without_a_majority_renewal() {
         .expect("the lost signal fires");
     assert_eq!(reason, crate::LostReason::DeadlinePassed);
     assert!(
-        cut_at.elapsed() < ms(700),
-        "within one TTL of the last renewal"
+        cut_at.elapsed() < ms(1_500),
+        "within one TTL of the last renewal, plus scheduling slack"
     );
 }

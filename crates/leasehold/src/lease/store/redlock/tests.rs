@@ -215,8 +215,8 @@ async fn a_slow_master_neither_delays_the_grant_nor_touches_the_next_holder() {
     let started = Instant::now();
     let g1 = t1.grant(&v1.store).await;
     assert!(
-        started.elapsed() < ms(250),
-        "granted on a and b without waiting for c: {:?}",
+        started.elapsed() < ms(700),
+        "granted on a and b without waiting for c (800 ms a round trip): {:?}",
         started.elapsed()
     );
     // Released at once: a and b answer; the acquire and the release to c are still on the wire, in

@@ -1,14 +1,16 @@
 //! Real servers for leasehold's tests, its demo and its fault-injection verifier.
 //!
 //! * [`RedisServer`]: a private `redis-server` on a free loopback port that can be paused (SIGSTOP),
-//!   resumed, killed, restarted without persistence (it comes back empty), and paired as a replica.
+//!   resumed, killed, restarted without persistence (it comes back empty), paired as a replica, and
+//!   started under a fake wall clock that can jump forward ([`RedisServerBuilder::fake_clock`],
+//!   libfaketime).
 //! * [`SentinelSet`]: one primary, one replica and three sentinels with short timings, for real
 //!   failovers (including one that loses the writes the replica had not received).
 //! * [`RedisCluster`]: a Redis Cluster (three masters, three replicas) with failovers of the master
 //!   owning a slot and slot migrations mid-test (MOVED and ASK).
 //! * [`EtcdCluster`]: a single etcd node or a cluster of members, each of which can be killed,
 //!   restarted, paused and resumed, with the leader found through etcd's status API.
-//! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, restore, switch upstream).
+//! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, blackhole, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
 //! * [`postgres_url`]: where tests find PostgreSQL.
 //!
@@ -29,7 +31,7 @@ pub use cluster::{RedisCluster, RedisClusterBuilder, SlotMigration};
 pub use credentials::Credentials;
 pub use etcd::{etcd_available, EtcdCluster, EtcdMember};
 pub use proxy::Proxy;
-pub use redis_server::{redis_server_available, RedisServer, RedisServerBuilder};
+pub use redis_server::{libfaketime_path, redis_server_available, RedisServer, RedisServerBuilder};
 pub use sentinel::{SentinelServer, SentinelSet, SentinelSetBuilder};
 
 use std::net::TcpListener;

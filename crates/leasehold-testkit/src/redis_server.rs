@@ -23,6 +23,34 @@ fn binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("redis-server"))
 }
 
+/// Where a `libfaketime.so.1` is: `LEASEHOLD_LIBFAKETIME` if set, else the first found of Debian's
+/// multiarch directories (`/usr/lib/<triplet>/faketime/`) and the usual `/usr/lib`, `/usr/lib64` and
+/// `/usr/local/lib` install places. `None` when libfaketime is not installed (Debian: `apt-get install
+/// -y faketime`).
+pub fn libfaketime_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LEASEHOLD_LIBFAKETIME") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime"))
+        .collect();
+    dirs.sort();
+    dirs.extend(
+        [
+            "/usr/lib/faketime",
+            "/usr/lib64/faketime",
+            "/usr/local/lib/faketime",
+        ]
+        .map(PathBuf::from),
+    );
+    dirs.into_iter()
+        .map(|d| d.join("libfaketime.so.1"))
+        .find(|p| p.is_file())
+}
+
 /// Settings for a private `redis-server`.
 #[derive(Debug, Clone, Default)]
 #[must_use]
@@ -31,6 +59,7 @@ pub struct RedisServerBuilder {
     acl_user: Option<(String, String)>,
     password: Option<String>,
     replica_of: Option<u16>,
+    fake_clock: bool,
     extra: Vec<String>,
 }
 
@@ -61,6 +90,14 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Runs the server under libfaketime, so that [`RedisServer::jump_clock`] can move its wall clock
+    /// (and only its wall clock: its monotonic clock stays real). [`start`](Self::start) fails with a
+    /// clear error when libfaketime is not installed (see [`libfaketime_path`]).
+    pub fn fake_clock(mut self) -> Self {
+        self.fake_clock = true;
+        self
+    }
+
     /// Any other `redis-server` argument, e.g. `--maxclients`.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.extra.push(arg.into());
@@ -80,7 +117,11 @@ impl RedisServerBuilder {
             dir,
             builder: self,
             paused: false,
+            clock_offset: Duration::ZERO,
         };
+        if server.builder.fake_clock {
+            server.write_clock_offset()?;
+        }
         server.spawn()?;
         Ok(server)
     }
@@ -96,7 +137,13 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     builder: RedisServerBuilder,
     paused: bool,
+    /// How far [`jump_clock`](Self::jump_clock) has moved the wall clock so far; it survives a
+    /// restart, as a wrong clock on a real host would.
+    clock_offset: Duration,
 }
+
+/// The file libfaketime reads the offset from, in the server's directory.
+const CLOCK_FILE: &str = "faketime.offset";
 
 impl RedisServer {
     /// Starts a server on a free port with default settings.
@@ -227,6 +274,36 @@ impl RedisServer {
             .map_err(io::Error::other)
     }
 
+    /// Moves the server's wall clock forward by `by`, at once, as an NTP step or a VM resumed from a
+    /// snapshot does (needs [`RedisServerBuilder::fake_clock`]). Jumps add up.
+    ///
+    /// Redis expires keys by its wall clock, so a key whose TTL is shorter than the jump is gone at
+    /// the next look, while its holder (on its own, correct clock) still counts on it. `TIME` and
+    /// everything else that reads the wall clock jump as well; the monotonic clock (timers, the
+    /// server's cron) does not.
+    pub fn jump_clock(&mut self, by: Duration) -> io::Result<()> {
+        if !self.builder.fake_clock {
+            return Err(io::Error::other(
+                "jump_clock needs a server started with RedisServerBuilder::fake_clock()",
+            ));
+        }
+        self.clock_offset += by;
+        self.write_clock_offset()
+    }
+
+    /// How far the wall clock has been moved forward so far.
+    pub fn clock_offset(&self) -> Duration {
+        self.clock_offset
+    }
+
+    fn write_clock_offset(&self) -> io::Result<()> {
+        // libfaketime re-reads the file on every clock call (FAKETIME_NO_CACHE): replace it in one
+        // rename so that no call ever sees a half-written file (which it would read as offset 0).
+        let tmp = self.dir.path().join(format!("{CLOCK_FILE}.tmp"));
+        std::fs::write(&tmp, format!("+{:.3}\n", self.clock_offset.as_secs_f64()))?;
+        std::fs::rename(&tmp, self.dir.path().join(CLOCK_FILE))
+    }
+
     /// A synchronous connection for test set-up and assertions.
     pub fn connection(&self) -> io::Result<redis::Connection> {
         let client = redis::Client::open(self.url()).map_err(io::Error::other)?;
@@ -266,6 +343,26 @@ impl RedisServer {
             cmd.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
         }
         cmd.args(&b.extra);
+        if b.fake_clock {
+            let lib = libfaketime_path().ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "a fake-clock redis-server needs libfaketime: install it (apt-get install -y faketime) or set LEASEHOLD_LIBFAKETIME to its libfaketime.so.1",
+                )
+            })?;
+            // `libc.so.6` after libfaketime: Debian's redis-server allocates through the system
+            // jemalloc, which libfaketime cannot start under (jemalloc reads the clock while it
+            // initialises, libfaketime initialises through dlsym, whose calloc re-enters jemalloc:
+            // the server hangs or crashes at start; libfaketime issue #130). Preloading glibc puts its
+            // malloc family ahead of jemalloc's, so the server allocates with glibc and jemalloc is
+            // never on that path. Harmless for a server built without jemalloc. The price: the
+            // `allocator_*` fields of INFO memory describe an allocator nobody uses (`used_memory`,
+            // which Redis counts itself, stays right).
+            cmd.env("LD_PRELOAD", format!("{} libc.so.6", lib.display()))
+                .env("FAKETIME_TIMESTAMP_FILE", self.dir.path().join(CLOCK_FILE))
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -372,6 +469,67 @@ mod tests {
             redis::cmd("PING").query::<String>(&mut con).unwrap(),
             "PONG"
         );
+    }
+
+    fn server_time(con: &mut redis::Connection) -> Duration {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+        Duration::from_secs(secs) + Duration::from_micros(micros)
+    }
+
+    fn now() -> Duration {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_clock_jump_expires_keys_early() {
+        assert!(
+            libfaketime_path().is_some(),
+            "libfaketime is required for this test (apt-get install -y faketime)"
+        );
+        let mut server = RedisServer::builder().fake_clock().start().unwrap();
+        let mut con = server.connection().unwrap();
+        for key in ["held", "control"] {
+            redis::cmd("SET")
+                .arg(key)
+                .arg("v")
+                .arg("PX")
+                .arg(60_000)
+                .query::<()>(&mut con)
+                .unwrap();
+        }
+        let skew = server_time(&mut con).abs_diff(now());
+        assert!(skew < Duration::from_secs(5), "no jump yet: {skew:?}");
+
+        server.jump_clock(Duration::from_secs(30)).unwrap();
+        let pttl: i64 = redis::cmd("PTTL").arg("control").query(&mut con).unwrap();
+        assert!(
+            (0..=30_000).contains(&pttl),
+            "30 s of a 60 s TTL must be gone at once, PTTL {pttl}"
+        );
+        server.jump_clock(Duration::from_secs(40)).unwrap();
+        assert_eq!(server.clock_offset(), Duration::from_secs(70));
+        let ahead = server_time(&mut con).saturating_sub(now());
+        assert!(
+            ahead >= Duration::from_secs(65),
+            "TIME must run 70 s ahead, runs {ahead:?} ahead"
+        );
+        // Seconds after it was set, a 60 s key is gone: Redis expires by its wall clock.
+        let held: Option<String> = redis::cmd("GET").arg("held").query(&mut con).unwrap();
+        assert_eq!(held, None, "the key must expire early after the jump");
+
+        // The offset outlives a restart (the host's clock is still wrong).
+        server.restart().unwrap();
+        let mut con = server.connection().unwrap();
+        assert!(server_time(&mut con).saturating_sub(now()) >= Duration::from_secs(65));
+    }
+
+    #[test]
+    fn jump_clock_needs_a_fake_clock() {
+        let mut server = RedisServer::start().unwrap();
+        let err = server.jump_clock(Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("fake_clock"), "{err}");
     }
 
     #[test]

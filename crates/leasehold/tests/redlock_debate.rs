@@ -1,7 +1,8 @@
 //! The Redlock debate, measured with real servers: Redlock keeps exclusion when a master crashes or
 //! restarts empty (what it is for; the single-server store on that master does not), loses it when
-//! the holder pauses past its validity, and in every case the fence, checked by a fenced SQLite
-//! resource, refuses the stale writer while the same write without the fence goes through.
+//! the holder pauses past its validity and when a master's wall clock jumps forward, and in every
+//! case the fence, checked by a fenced SQLite resource, refuses the stale writer while the same write
+//! without the fence goes through.
 #![cfg(all(feature = "redis", feature = "sqlite"))]
 
 mod lease_support;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use lease_support::{eventually, ms, server};
 use leasehold::db::Database;
 use leasehold::{Error, Fence, LeaseClient, LeaseOptions, LostReason};
-use leasehold_testkit::RedisServer;
+use leasehold_testkit::{Proxy, RedisServer};
 
 fn masters() -> Vec<RedisServer> {
     (0..3).map(|_| server()).collect()
@@ -225,4 +226,57 @@ async fn a_holder_paused_past_its_validity_makes_two_holders_and_the_fence_refus
         "two increments, one left: the lost update Redlock alone cannot prevent"
     );
     lease_b.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_clock_jump_makes_two_holders_and_the_fence_refuses_the_first() {
+    // Kleppmann's example: the lease is held on a bare majority {m0, m1} (the holder's way to m2 cut
+    // during its acquire), m1's wall clock jumps forward past the TTL, m1 expires the lock early, and a
+    // second client reaches a majority {m1, m2} while the first still holds the lease by its own
+    // clock.
+    let m0 = server();
+    let mut m1 = RedisServer::builder()
+        .fake_clock()
+        .start()
+        .expect("a redis-server under libfaketime (apt-get install faketime)");
+    let m2 = server();
+    let mut proxies = Vec::new();
+    for s in [&m0, &m1, &m2] {
+        let addr = format!("127.0.0.1:{}", s.port()).parse().unwrap();
+        proxies.push(Proxy::start(addr).await.unwrap());
+    }
+    let via: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{}/", p.port()))
+        .collect();
+    let a = redlock(&via).await;
+    proxies[2].cut();
+    let lease_a = a.try_acquire("job", &opts(10_000)).await.unwrap();
+    let ledger = Ledger::new().await;
+    let (read1, read2) = (ledger.read(1).await, ledger.read(2).await);
+
+    tokio::task::block_in_place(|| m1.jump_clock(Duration::from_secs(15))).unwrap();
+    let b = redlock(&[m0.url(), m1.url(), m2.url()]).await;
+    let lease_b = b
+        .try_acquire("job", &opts(10_000))
+        .await
+        .expect("the jumped master forgot A's lock: B reaches a majority");
+    assert!(
+        !lease_a.is_lost() && lease_a.remaining() > ms(5_000),
+        "A still holds it by its own clock: two holders at once"
+    );
+    // The jumped clock only raises fences.
+    assert!(lease_b.fence() > lease_a.fence());
+    ledger.write(1, read1, Some(lease_b.fence())).await.unwrap();
+    ledger.write(2, read2, None).await.unwrap();
+    match ledger.write(1, read1, Some(lease_a.fence())).await {
+        Err(Error::StaleFence { .. }) => {}
+        r => panic!("the fenced resource must refuse A: {r:?}"),
+    }
+    assert_eq!(ledger.read(1).await, read1 + 1);
+    // Unfenced, A's write goes through: one of the two increments is lost.
+    ledger.write(2, read2, None).await.unwrap();
+    assert_eq!(ledger.read(2).await, read2 + 1);
+    lease_b.release().await.unwrap();
+    drop(lease_a);
 }

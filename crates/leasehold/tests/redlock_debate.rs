@@ -230,10 +230,10 @@ async fn a_holder_paused_past_its_validity_makes_two_holders_and_the_fence_refus
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_clock_jump_makes_two_holders_and_the_fence_refuses_the_first() {
-    // The clock-jump example of the Redlock debate: the lease is held on a bare majority {m0, m1} (the holder's way to m2 cut
-    // during its acquire), m1's wall clock jumps forward past the TTL, m1 expires the lock early, and a
-    // second client reaches a majority {m1, m2} while the first still holds the lease by its own
-    // clock.
+    // The clock-jump example of the Redlock debate: the lease is held on a bare majority {m0, m1}
+    // (the holder's way to m2 cut during its acquire), m1's wall clock jumps forward past the TTL,
+    // m1 expires the lock early, and a second client reaches a majority {m1, m2} while the first
+    // still holds the lease by its own clock.
     let m0 = server();
     let mut m1 = RedisServer::builder()
         .fake_clock()

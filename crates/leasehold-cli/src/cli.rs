@@ -57,9 +57,11 @@ pub(crate) enum Command {
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS). Also read
-    /// from LEASEHOLD_STORE, then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379. `--redis` is an
-    /// alias.
+    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS). Give it an
+    /// odd number of times, 3 or more, for Redlock over that many independent Redis masters (a
+    /// majority must hold the lease). Also read from LEASEHOLD_STORE (several URLs separated by
+    /// spaces for Redlock), then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379. `--redis` is
+    /// an alias.
     #[arg(
         long = "store",
         visible_alias = "redis",
@@ -83,24 +85,23 @@ pub(crate) struct StoreArgs {
 pub(crate) const DEFAULT_STORE: &str = "redis://127.0.0.1:6379";
 
 impl StoreArgs {
-    /// The store URL: `--store`/`--redis`, else LEASEHOLD_STORE (clap reads it), else the older
-    /// LEASEHOLD_REDIS_URL, else the local default.
-    pub(crate) fn url(&self) -> Result<String, String> {
-        match self.urls.as_slice() {
-            [] => Ok(std::env::var("LEASEHOLD_REDIS_URL")
-                .ok()
-                .filter(|u| !u.is_empty())
-                .unwrap_or_else(|| DEFAULT_STORE.to_owned())),
-            [one] => Ok(one.clone()),
-            many => Err(format!(
-                "{} stores were given ({}); give one --store URL",
-                many.len(),
-                many.iter()
-                    .map(|u| leasehold::url::redact(u))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+    /// The store URL(s): `--store`/`--redis` (repeated for Redlock), else LEASEHOLD_STORE (clap
+    /// reads it; URLs separated by spaces), else the older LEASEHOLD_REDIS_URL, else the local
+    /// default. Whether several make a valid Redlock is the library's to say.
+    pub(crate) fn urls(&self) -> Vec<String> {
+        let given: Vec<String> = self
+            .urls
+            .iter()
+            .flat_map(|u| u.split_whitespace())
+            .map(str::to_owned)
+            .collect();
+        if !given.is_empty() {
+            return given;
         }
+        vec![std::env::var("LEASEHOLD_REDIS_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_STORE.to_owned())]
     }
 }
 

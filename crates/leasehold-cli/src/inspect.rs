@@ -15,18 +15,18 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Connects, or prints why not and returns the exit code: 2 for a URL or setting that is wrong, 69
 /// for a store that cannot be reached.
+/// Several `--store`/`--redis` URLs make a Redlock over that many masters.
 pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
-    let url = store.url().map_err(|why| {
-        eprintln!("leasehold: {why}");
-        exit::USAGE
-    })?;
-    let connecting = LeaseClient::builder(url.clone())
-        .key_prefix(store.key_prefix.clone())
-        .connect();
+    let urls = store.urls();
+    let shown = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(" ");
+    let builder = match urls.as_slice() {
+        [one] => LeaseClient::builder(one.clone()),
+        many => LeaseClient::redlock(many),
+    };
+    let connecting = builder.key_prefix(store.key_prefix.clone()).connect();
     let Ok(result) = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await else {
         eprintln!(
-            "leasehold: cannot reach the store at {}: no answer within {}; check --store / LEASEHOLD_STORE and that the server is up",
-            redact(&url),
+            "leasehold: cannot reach the store at {shown}: no answer within {}; check --store / LEASEHOLD_STORE and that the server is up",
             show(CONNECT_TIMEOUT)
         );
         return Err(exit::UNAVAILABLE);
@@ -34,8 +34,7 @@ pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
     result.map_err(|e| {
         if e.is_unavailable() {
             eprintln!(
-                "leasehold: cannot reach the store at {}: {e}; check --store / LEASEHOLD_STORE and that the server is up",
-                redact(&url),
+                "leasehold: cannot reach the store at {shown}: {e}; check --store / LEASEHOLD_STORE and that the server is up",
             );
             exit::UNAVAILABLE
         } else {
@@ -64,7 +63,10 @@ fn json(info: &LeaseInfo, client: &LeaseClient) -> serde_json::Value {
     let mut v = serde_json::to_value(info).expect("LeaseInfo serializes");
     if let Some(obj) = v.as_object_mut() {
         obj.insert("store".into(), client.store_kind().to_string().into());
-        if client.store_kind() == leasehold::StoreKind::Redis {
+        if matches!(
+            client.store_kind(),
+            leasehold::StoreKind::Redis | leasehold::StoreKind::Redlock
+        ) {
             if let Ok(keys) = client.keys(&info.name) {
                 obj.insert("fence_key".into(), keys.fence.into());
                 obj.insert("wake_key".into(), keys.wake.into());

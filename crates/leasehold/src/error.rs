@@ -131,6 +131,22 @@ pub enum Error {
         /// Replicas asked for.
         wanted: i64,
     },
+    /// A Redlock request did not get answers from a majority of its Redis masters, so it could
+    /// neither succeed nor be refused (a lease it may have taken on the masters that answered was
+    /// released again). A "busy" or "not ours" from a majority is not this error.
+    #[error("redlock {phase}: only {answered} of {nodes} Redis masters answered ({needed} needed for a majority){}; check that a majority of the masters are up and reachable", source.as_ref().map(|e| format!("; first failure: {e}")).unwrap_or_default())]
+    NoQuorum {
+        /// What we were doing.
+        phase: Phase,
+        /// Masters that answered.
+        answered: usize,
+        /// Masters a majority needs.
+        needed: usize,
+        /// Masters configured.
+        nodes: usize,
+        /// The first master's failure, when one failed rather than stayed silent.
+        source: Option<Box<Error>>,
+    },
     /// A configuration value or argument was refused before anything was sent.
     #[error("invalid {what}: {why}")]
     Invalid {
@@ -217,7 +233,8 @@ impl Error {
             | Error::Timeout { .. }
             | Error::IdempotencyInProgress { .. }
             | Error::TransitionRace { .. }
-            | Error::NotReplicated { .. } => true,
+            | Error::NotReplicated { .. }
+            | Error::NoQuorum { .. } => true,
             #[cfg(feature = "redis")]
             Error::Redis { source, .. } => {
                 source.is_io_error()
@@ -252,6 +269,9 @@ impl Error {
             Error::Timeout {
                 phase: Phase::Acquire | Phase::Release | Phase::FencedWrite | Phase::Renew,
                 ..
+            } | Error::NoQuorum {
+                phase: Phase::Acquire | Phase::Release | Phase::Renew,
+                ..
             }
         )
     }
@@ -261,7 +281,7 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
             // Redis answered with an error, or not at all: either way it is failing us.
-            Error::Timeout { .. } | Error::NotReplicated { .. } => true,
+            Error::Timeout { .. } | Error::NotReplicated { .. } | Error::NoQuorum { .. } => true,
             #[cfg(feature = "redis")]
             Error::Redis { .. } => true,
             #[cfg(any(feature = "postgres", feature = "sqlite"))]

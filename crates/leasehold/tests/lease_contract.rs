@@ -22,7 +22,8 @@ use leasehold::{Error, LeaseClient, LeaseOptions, LostReason};
 /// One store for one test: the server(s) it needs, kept alive as long as the test runs, and a way to
 /// open clients on it that see only this test's names.
 struct Env {
-    url: String,
+    /// One URL, or several Redis masters for a Redlock.
+    urls: Vec<String>,
     prefix: String,
     _servers: Box<dyn std::any::Any + Send + Sync>,
 }
@@ -44,14 +45,29 @@ impl Env {
     async fn redis() -> Env {
         let srv = lease_support::server();
         Env {
-            url: srv.url(),
+            urls: vec![srv.url()],
             prefix: unique_prefix("redis"),
             _servers: Box::new(srv),
         }
     }
 
+    /// Three private redis-servers as the masters of a Redlock.
+    #[cfg(feature = "redis")]
+    async fn redlock() -> Env {
+        let servers: Vec<_> = (0..3).map(|_| lease_support::server()).collect();
+        Env {
+            urls: servers.iter().map(|s| s.url()).collect(),
+            prefix: unique_prefix("redlock"),
+            _servers: Box::new(servers),
+        }
+    }
+
     async fn client(&self) -> LeaseClient {
-        LeaseClient::builder(&self.url)
+        let builder = match self.urls.as_slice() {
+            [one] => LeaseClient::builder(one),
+            many => LeaseClient::redlock(many),
+        };
+        builder
             .key_prefix(&self.prefix)
             .response_timeout(ms(1_000))
             .connect_timeout(ms(1_000))
@@ -394,4 +410,4 @@ macro_rules! stores {
     )*};
 }
 
-stores!(redis if "redis");
+stores!(redis if "redis", redlock if "redis");

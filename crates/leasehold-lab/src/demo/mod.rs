@@ -7,8 +7,9 @@
 //! often; for rates, run `leasehold verify`.
 //!
 //! Layout: [`stage`](self) (shared set-up, live timeline, worker processes), `naive` (scenes 1-3),
-//! `fenced` (scene 4), `guards` (scene 5), `resource` (the SQLite counter), `worker` (the hidden
-//! `__demo-worker` process), `style` (colour or plain text).
+//! `fenced` (scene 4), `guards` (scene 5), `redlock` (scene 7, on three masters of its own),
+//! `resource` (the SQLite counter), `worker` (the hidden `__demo-worker` process), `style` (colour or
+//! plain text).
 
 use anyhow::Context as _;
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 mod fenced;
 mod guards;
 mod naive;
+mod redlock;
 mod resource;
 mod stage;
 mod style;
@@ -32,8 +34,8 @@ pub struct DemoArgs {
     /// unique prefix and are deleted at the end.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
-    /// Run only this scene (1-5); repeat for several.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
+    /// Run only this scene (1-5, 7); repeat for several.
+    #[arg(long, value_name = "N", value_parser = scene_number)]
     pub scene: Vec<u8>,
     /// The `leasehold` binary the worker processes run (default: this executable).
     #[arg(long, value_name = "PATH", hide = true)]
@@ -43,7 +45,8 @@ pub struct DemoArgs {
 /// Arguments of the hidden worker process that the live demo spawns (`leasehold __demo-worker`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
-    /// Which holder to play: `setnx` (scene 1), `token` (scene 3), `fenced` (scene 4).
+    /// Which holder to play: `setnx` (scene 1), `token` (scene 3), `fenced` (scene 4), `redlock`
+    /// (scene 7).
     #[arg(long)]
     pub role: String,
     /// Redis URL.
@@ -64,6 +67,9 @@ pub struct WorkerArgs {
     /// Milliseconds of work between reading and writing.
     #[arg(long, default_value_t = 400)]
     pub work_ms: u64,
+    /// A Redlock master (scene 7); repeated for each.
+    #[arg(long)]
+    pub master: Vec<String>,
 }
 
 /// What a scene showed, read from the data at its end.
@@ -79,13 +85,30 @@ pub(crate) struct Outcome {
     pub(crate) redis_commands: usize,
 }
 
-const SCENES: [(u8, &str); 5] = [
+const SCENES: [(u8, &str); 6] = [
     (1, "SETNX with no TTL: a crashed holder locks the resource forever"),
     (2, "TTL + bare DEL: a slow holder deletes the next holder's lock, and there are two holders"),
     (3, "Token + compare-and-delete: the release is safe, but a paused holder still writes stale data"),
     (4, "Fencing at the resource: the same pause, and the stale write is refused"),
     (5, "No lock at all: the database refuses duplicates, overselling and illegal transitions"),
+    (7, "Redlock on three masters: it survives a crashed master, not a paused holder; the fence refuses the stale one"),
 ];
+
+/// `--scene N`: one of the scenes this build has.
+fn scene_number(s: &str) -> Result<u8, String> {
+    let known = || {
+        SCENES
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    s.trim()
+        .parse::<u8>()
+        .ok()
+        .filter(|n| SCENES.iter().any(|(k, _)| k == n))
+        .ok_or_else(|| format!("`{s}` is not a scene; give one of {}", known()))
+}
 
 /// Runs `leasehold demo`; returns the process exit code (0 only when every scene showed its claim).
 pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
@@ -152,14 +175,19 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
     };
     let mut results = Vec::new();
     for n in chosen {
-        let title = SCENES[usize::from(n - 1)].1;
+        let title = SCENES
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, t)| *t)
+            .unwrap_or_default();
         println!();
-        println!("{}", style.bold(&format!("Scene {n}/5. {title}")));
+        println!("{}", style.bold(&format!("Scene {n}. {title}")));
         let outcome = match n {
             1 => naive::setnx_without_ttl(&mut st).await,
             2 => naive::ttl_and_bare_del(&mut st).await,
             3 => naive::token_lock_paused_holder(&mut st).await,
             4 => fenced::fenced_paused_holder(&mut st).await,
+            7 => redlock::redlock_scene(&mut st).await,
             _ => guards::database_guards(&mut st).await,
         };
         let shown = match outcome {

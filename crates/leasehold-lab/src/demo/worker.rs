@@ -34,6 +34,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
         "setnx" => setnx_holder(args).await,
         "token" => token_holder(args).await,
         "fenced" => super::fenced::worker(args).await,
+        "redlock" => super::redlock::worker(args).await,
         other => anyhow::bail!("unknown demo worker role `{other}`"),
     }
 }

@@ -47,10 +47,19 @@ struct Inner {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until .connect() is awaited"]
 pub struct LeaseClientBuilder {
-    /// Which store, and where: the scheme picks the store.
-    url: String,
+    /// Which store, and where: the scheme picks the store; several Redis masters make a Redlock.
+    target: Target,
     /// Everything the store is opened with.
     settings: Settings,
+}
+
+/// The store a builder opens.
+#[derive(Debug, Clone)]
+enum Target {
+    /// One URL; its scheme picks the store.
+    One(String),
+    /// Redlock over these Redis masters.
+    Redlock(Vec<String>),
 }
 
 /// A Redis failure that a later attempt may not meet (connection dropped, refused, timed out).
@@ -96,7 +105,9 @@ impl LeaseClientBuilder {
     ///
     /// [`Error::Invalid`] for a malformed URL, an unknown scheme or a bad setting (nothing was
     /// sent); [`Error::Redis`] or [`Error::Timeout`] with [`Phase::Connect`](crate::Phase::Connect)
-    /// for a store that cannot be reached or refuses the credentials (it is asked once).
+    /// for a store that cannot be reached or refuses the credentials (it is asked once); for a
+    /// Redlock, [`Error::Invalid`] also for a replica or two URLs naming one server, and
+    /// [`Error::NoQuorum`] when fewer than a majority of the masters answer.
     ///
     /// # Cancel safety
     ///
@@ -119,7 +130,10 @@ impl LeaseClientBuilder {
         }
         let prefix = self.settings.prefix.clone();
         let response_timeout = self.settings.response_timeout;
-        let store = store::open(&self.url, self.settings).await?;
+        let store = match &self.target {
+            Target::One(url) => store::open(url, self.settings).await?,
+            Target::Redlock(urls) => store::open_redlock(urls, self.settings).await?,
+        };
         Ok(LeaseClient::with_store(store, prefix, response_timeout))
     }
 }
@@ -194,7 +208,7 @@ impl LeaseClient {
     /// `rediss://…` (TLS), and whatever else [`SCHEMES`](crate::lease::SCHEMES) lists.
     pub fn builder(url: impl Into<String>) -> LeaseClientBuilder {
         LeaseClientBuilder {
-            url: url.into(),
+            target: Target::One(url.into()),
             settings: Settings {
                 prefix: "leasehold".to_owned(),
                 response_timeout: Duration::from_secs(2),
@@ -202,6 +216,38 @@ impl LeaseClient {
                 tls_root_ca_pem: None,
             },
         }
+    }
+
+    /// Starts a builder for a Redlock over `urls`: an odd number, three or more, of independent
+    /// Redis masters, each any URL [`builder`](Self::builder) takes for Redis (`redis://`,
+    /// `rediss://`, ACL users). The lease then needs a majority of them; its fence stays monotonic
+    /// across different majorities (see the `docs/redlock.md` of the repository for the protocol
+    /// and what it does not promise). The response timeout is the bound on each master's reply.
+    ///
+    /// ```no_run
+    /// # async fn example() -> leasehold::Result<()> {
+    /// let client = leasehold::LeaseClient::redlock([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])
+    /// .response_timeout(std::time::Duration::from_millis(200))
+    /// .connect()
+    /// .await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    ///
+    /// [`connect`](LeaseClientBuilder::connect) refuses an even count or fewer than three, a URL
+    /// given twice, a replica and two URLs naming one server (by its `run_id`) with
+    /// [`Error::Invalid`], and fails with [`Error::NoQuorum`] when fewer than a majority answer.
+    pub fn redlock<I, S>(urls: I) -> LeaseClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut b = Self::builder(String::new());
+        b.target = Target::Redlock(urls.into_iter().map(Into::into).collect());
+        b
     }
 
     /// Connects with the default settings.
@@ -217,7 +263,11 @@ impl LeaseClient {
         Self::builder(url).connect().await
     }
 
-    fn with_store(store: Arc<dyn Store>, prefix: String, response_timeout: Duration) -> Self {
+    pub(crate) fn with_store(
+        store: Arc<dyn Store>,
+        prefix: String,
+        response_timeout: Duration,
+    ) -> Self {
         LeaseClient {
             inner: Arc::new(Inner {
                 keeper: Keeper::spawn(store, response_timeout),

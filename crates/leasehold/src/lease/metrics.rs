@@ -25,6 +25,11 @@ pub const RELEASES_TOTAL: &str = "leasehold_releases_total";
 /// Counter: `WAIT` after acquire that got fewer replica acknowledgements than asked for, by `policy`.
 pub const REPLICA_SHORTFALL_TOTAL: &str = "leasehold_replica_shortfall_total";
 
+/// Counter: Redlock acquisitions that reached a majority of masters, by how their fence was settled
+/// (`how`: `agreed`, a majority recorded it in the acquire itself; `confirmed`, written back in a
+/// second round trip; `failed`, the write-back did not reach a majority and the attempt was undone).
+pub const REDLOCK_FENCE_TOTAL: &str = "leasehold_redlock_fence_total";
+
 pub(crate) fn acquired(outcome: &'static str, waited: Duration) {
     metrics::counter!(ACQUISITIONS_TOTAL, "outcome" => outcome).increment(1);
     metrics::histogram!(ACQUIRE_WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
@@ -67,4 +72,9 @@ pub(crate) fn hold_time(held: Duration) {
 
 pub(crate) fn replica_shortfall(policy: &'static str) {
     metrics::counter!(REPLICA_SHORTFALL_TOTAL, "policy" => policy).increment(1);
+}
+
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn redlock_confirm(how: &'static str) {
+    metrics::counter!(REDLOCK_FENCE_TOTAL, "how" => how).increment(1);
 }

@@ -42,7 +42,8 @@
 //! per name in this process), [`guard`] (the held [`Lease`]), `watchdog` (one renewal task per client,
 //! and the narrow handle a lease keeps), `state` (what a held lease shares with the watchdog),
 //! [`signal`] (the [`LostSignal`]), and [`store`] (where leases live: the one trait every store
-//! implements, and the stores: `store::redis`). [`options`] and `names` say what is accepted;
+//! implements, and the stores: `store::redis`, and `store::redlock` over several independent masters,
+//! opened with [`LeaseClient::redlock`]). [`options`] and `names` say what is accepted;
 //! [`metrics`] names what is measured.
 
 // With no store compiled in, the core is still there (and documented) but nothing constructs what

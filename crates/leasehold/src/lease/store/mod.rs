@@ -16,6 +16,8 @@
 
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
+pub(crate) mod redlock;
 
 use std::fmt;
 use std::sync::Arc;
@@ -35,12 +37,15 @@ use crate::lease::options::LeaseOptions;
 pub enum StoreKind {
     /// One Redis primary (`redis://`, `rediss://`).
     Redis,
+    /// Redlock over an odd number (three or more) of independent Redis masters.
+    Redlock,
 }
 
 impl fmt::Display for StoreKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             StoreKind::Redis => "redis",
+            StoreKind::Redlock => "redlock",
         })
     }
 }
@@ -237,6 +242,30 @@ pub(crate) async fn open(url: &str, settings: Settings) -> Result<Arc<dyn Store>
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(url, settings).await?)),
         _ => Err(unknown_scheme(url)),
+    }
+}
+
+/// Opens a Redlock over `urls` (an odd number, three or more, of independent Redis masters, each a
+/// URL the Redis store takes). Wrong input is [`Error::Invalid`] before anything is sent (the count,
+/// a URL given twice, a scheme that is not Redis) or once the masters answered (a replica, two URLs
+/// naming one server); fewer than a majority answering is [`Error::NoQuorum`].
+pub(crate) async fn open_redlock(urls: &[String], settings: Settings) -> Result<Arc<dyn Store>> {
+    #[cfg(feature = "redis")]
+    {
+        Ok(Arc::new(
+            redlock::RedlockStore::connect(urls, settings).await?,
+        ))
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        let _ = settings;
+        Err(Error::invalid(
+            "store url",
+            format!(
+                "{} Redis masters given for Redlock, but this build of leasehold has no Redis store; enable the `redis` feature",
+                urls.len()
+            ),
+        ))
     }
 }
 

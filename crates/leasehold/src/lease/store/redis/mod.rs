@@ -14,7 +14,7 @@
 //! function that prepares its call), `conn` (the shared connection, dedicated connections for
 //! blocking commands, round-trip counting).
 
-mod conn;
+pub(super) mod conn;
 pub mod keys;
 mod scripts;
 

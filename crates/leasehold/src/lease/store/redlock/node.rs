@@ -1,0 +1,415 @@
+//! One Redis master of a Redlock: its connections (the single-server store's: a shared reconnecting
+//! connection and dedicated ones for `BLPOP`), what it is (`INFO server` run id, `ROLE`), and every
+//! request to it bounded in time.
+//!
+//! Promise: a request never waits past its bound; a master that could not be reached when the store
+//! opened is checked (master, not a known server twice) the first time it answers, and is not used
+//! before. Limit: a master that later becomes a replica, or restarts, is not checked again; its
+//! restart shows as a new run id only in logs (see `docs/redlock.md` on restarts).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::error::{Error, Phase, Result};
+use crate::lease::store::redis::conn::{BlockingPool, Counted, Shared};
+use crate::lease::store::Settings;
+
+/// Why one master gave no answer, kept cheap to copy into every item of a batch it failed.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    /// The driver or the server failed.
+    Redis(redis::RedisError),
+    /// No answer within the bound.
+    Timeout(Duration),
+    /// Not usable: never reached since the store opened, or refused (replica, duplicate).
+    Unusable(Arc<str>),
+}
+
+impl Failure {
+    /// The crate error for this failure during `phase`.
+    pub(crate) fn to_error(&self, phase: Phase) -> Error {
+        match self {
+            Failure::Redis(e) => Error::Redis {
+                phase,
+                source: e.clone(),
+            },
+            Failure::Timeout(after) => Error::Timeout {
+                phase,
+                after: *after,
+            },
+            Failure::Unusable(why) => Error::Redis {
+                phase,
+                source: redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "redlock master not usable",
+                    why.to_string(),
+                )),
+            },
+        }
+    }
+
+    /// Whether the connection to the master itself failed (as opposed to the master answering an
+    /// error for one request).
+    fn is_transport(&self) -> bool {
+        match self {
+            Failure::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+            }
+            Failure::Timeout(_) | Failure::Unusable(_) => true,
+        }
+    }
+}
+
+/// What `INFO server` and `ROLE` say a server is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// `run_id`: random per server process; two URLs with one run id name one server.
+    pub(crate) run_id: String,
+    /// `ROLE`'s first element: `master`, `slave`, `sentinel`.
+    pub(crate) role: String,
+}
+
+/// Whether a master may be used yet.
+#[derive(Debug, Clone)]
+enum Standing {
+    /// Checked: a master, and not a server another URL names too.
+    Ready,
+    /// Not reached since the store opened; checked when it first answers.
+    Pending {
+        /// A check is running.
+        checking: bool,
+        /// When the last check started (checks are at most one a second).
+        last: Option<Instant>,
+    },
+    /// Refused for good, with the reason (logged once).
+    Refused(Arc<str>),
+}
+
+/// One master.
+pub(crate) struct Node {
+    /// The URL without its password.
+    pub(crate) location: Arc<str>,
+    /// The reconnecting multiplexed connection every non-blocking request goes through.
+    shared: Shared,
+    /// Dedicated connections for `BLPOP`.
+    blocking: BlockingPool,
+    /// Requests sent to this master.
+    count: Arc<AtomicU64>,
+    /// Ready, pending its first check, or refused.
+    standing: Mutex<Standing>,
+    /// The run id seen by the last successful check.
+    run_id: Mutex<Option<String>>,
+    /// Whether the last request got through (a down master is not chosen to wait on).
+    up: AtomicBool,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("url", &self.location)
+            .field("run_id", &self.run_id())
+            .field("round_trips", &self.count.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// `fut` bounded by `limit`; a driver error or the bound passing is a [`Failure`].
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    fut: impl Future<Output = redis::RedisResult<T>>,
+) -> std::result::Result<T, Failure> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(Failure::Redis),
+        Err(_) => Err(Failure::Timeout(limit)),
+    }
+}
+
+/// A `redis::Client` for `url`, with TLS set up as the single-server store does. A malformed URL is
+/// [`Error::Invalid`] naming it (without its password).
+fn client(url: &str, tls_root_ca_pem: Option<&[u8]>) -> Result<redis::Client> {
+    let location = crate::url::redact(url);
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err(Error::invalid(
+            "redis url",
+            format!(
+                "`{location}` is not a Redis URL; every Redlock master is redis://[user:password@]host[:port][/db] or rediss://... for TLS"
+            ),
+        ));
+    }
+    let tls = url.starts_with("rediss://");
+    let client = redis::Client::open(url).map_err(|e| {
+        Error::invalid(
+            "redis url",
+            format!(
+                "`{location}` was refused ({}); use redis://[user:password@]host[:port][/db] or rediss://... for TLS",
+                e.detail().unwrap_or("malformed")
+            ),
+        )
+    })?;
+    if tls {
+        // rustls needs one process-wide crypto provider; an application may have installed its own.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    match tls_root_ca_pem {
+        None => Ok(client),
+        Some(pem) if tls => redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        )
+        .map_err(|e| {
+            Error::invalid(
+                "tls root certificate",
+                format!("it was refused ({e}); give PEM-encoded certificate(s)"),
+            )
+        }),
+        // Several masters may mix TLS and plain connections; the roots apply to the TLS ones.
+        Some(_) => Ok(client),
+    }
+}
+
+impl Node {
+    /// A master for `url`, not yet contacted: its connection opens on first use. Only the URL is
+    /// checked here.
+    pub(crate) fn new(url: &str, settings: &Settings) -> Result<Node> {
+        let location: Arc<str> = crate::url::redact(url).into();
+        let client = client(url, settings.tls_root_ca_pem.as_deref())?;
+        let count = Arc::new(AtomicU64::new(0));
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(settings.response_timeout))
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(200));
+        let manager =
+            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(|e| {
+                Error::invalid(
+                    "redis url",
+                    format!("`{location}`: the connection could not be set up ({e})"),
+                )
+            })?;
+        Ok(Node {
+            location,
+            shared: Counted {
+                con: manager,
+                count: count.clone(),
+            },
+            blocking: BlockingPool::new(client, settings.connect_timeout, count.clone()),
+            count,
+            standing: Mutex::new(Standing::Pending {
+                checking: false,
+                last: None,
+            }),
+            run_id: Mutex::new(None),
+            up: AtomicBool::new(false),
+        })
+    }
+
+    /// Requests sent to this master so far.
+    pub(crate) fn round_trips(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The run id of the last successful check.
+    pub(crate) fn run_id(&self) -> Option<String> {
+        self.run_id.lock().expect("run id lock").clone()
+    }
+
+    /// Whether the last request reached it and it is ready.
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed) && self.is_ready()
+    }
+
+    fn is_ready(&self) -> bool {
+        matches!(
+            *self.standing.lock().expect("standing lock"),
+            Standing::Ready
+        )
+    }
+
+    /// Asks the server what it is: `PING` (refused without valid credentials), `INFO server`
+    /// (`run_id`) and `ROLE`, and loads the scripts, in one pipeline.
+    pub(crate) async fn identify(&self, limit: Duration) -> std::result::Result<Identity, Failure> {
+        let mut con = self.shared.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("PING").ignore();
+        super::scripts::load_all(&mut pipe);
+        pipe.cmd("INFO").arg("server").cmd("ROLE");
+        let (info, role): (String, Vec<Value>) = bounded(limit, pipe.query_async(&mut con))
+            .await
+            .inspect_err(|f| self.mark(f))?;
+        self.up.store(true, Ordering::Relaxed);
+        let run_id = info
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
+        let role = match role.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => String::new(),
+        };
+        Ok(Identity { run_id, role })
+    }
+
+    /// Marks the master ready with `run_id`.
+    pub(crate) fn accept(&self, run_id: String) {
+        *self.run_id.lock().expect("run id lock") = Some(run_id);
+        *self.standing.lock().expect("standing lock") = Standing::Ready;
+    }
+
+    /// Refuses the master for good.
+    pub(crate) fn refuse(&self, why: String) {
+        *self.standing.lock().expect("standing lock") = Standing::Refused(why.into());
+    }
+
+    /// Whether a background check should start now (pending, none running, none in the last
+    /// second); if so, marks one running.
+    pub(crate) fn claim_check(&self) -> bool {
+        let mut s = self.standing.lock().expect("standing lock");
+        match &mut *s {
+            Standing::Pending { checking, last } => {
+                if *checking || last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                    return false;
+                }
+                *checking = true;
+                *last = Some(Instant::now());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A background check ended without a verdict (unreachable again).
+    pub(crate) fn check_failed(&self) {
+        if let Standing::Pending { checking, .. } =
+            &mut *self.standing.lock().expect("standing lock")
+        {
+            *checking = false;
+        }
+    }
+
+    /// `Ok` when requests may go out; else why not.
+    fn usable(&self) -> std::result::Result<(), Failure> {
+        match &*self.standing.lock().expect("standing lock") {
+            Standing::Ready => Ok(()),
+            Standing::Pending { .. } => Err(Failure::Unusable(
+                format!(
+                    "{} has not answered since the lease store opened",
+                    self.location
+                )
+                .into(),
+            )),
+            Standing::Refused(why) => Err(Failure::Unusable(why.clone())),
+        }
+    }
+
+    /// Whether it is waiting for its first check.
+    pub(crate) fn is_pending(&self) -> bool {
+        matches!(
+            *self.standing.lock().expect("standing lock"),
+            Standing::Pending { .. }
+        )
+    }
+
+    fn mark(&self, f: &Failure) {
+        if f.is_transport() {
+            self.up.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends prepared script calls in one pipeline, bounded by `limit`. Per item the reply or the
+    /// master's error for it.
+    pub(crate) async fn scripts(
+        &self,
+        invs: &[redis::ScriptInvocation<'_>],
+        limit: Duration,
+    ) -> std::result::Result<Vec<redis::RedisResult<Value>>, Failure> {
+        self.usable()?;
+        let mut con = self.shared.clone();
+        let r = bounded(limit, super::scripts::pipeline(&mut con, invs)).await;
+        match &r {
+            Ok(_) => self.up.store(true, Ordering::Relaxed),
+            Err(f) => self.mark(f),
+        }
+        r
+    }
+
+    /// Sends one command and reads its reply, bounded by `limit`.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        limit: Duration,
+    ) -> std::result::Result<T, Failure> {
+        self.usable()?;
+        let mut con = self.shared.clone();
+        let r = bounded(limit, cmd.query_async::<T>(&mut con)).await;
+        match &r {
+            Ok(_) => self.up.store(true, Ordering::Relaxed),
+            Err(f) => self.mark(f),
+        }
+        r
+    }
+
+    /// Sends a pipeline and reads its replies, bounded by `limit`.
+    pub(crate) async fn query_pipe<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+        limit: Duration,
+    ) -> std::result::Result<T, Failure> {
+        self.usable()?;
+        let mut con = self.shared.clone();
+        let r = bounded(limit, pipe.query_async::<T>(&mut con)).await;
+        match &r {
+            Ok(_) => self.up.store(true, Ordering::Relaxed),
+            Err(f) => self.mark(f),
+        }
+        r
+    }
+
+    /// `BLPOP wake` for at most `block` on a dedicated connection; `Ok(true)` when woken.
+    pub(crate) async fn block_on(
+        &self,
+        wake: &str,
+        block: Duration,
+        slack: Duration,
+    ) -> std::result::Result<bool, Failure> {
+        self.usable()?;
+        let mut con = self.blocking.get().await.map_err(|e| {
+            let f = Failure::Redis(e);
+            self.mark(&f);
+            f
+        })?;
+        let secs = format!("{:.3}", block.as_secs_f64().max(0.001)); // never "0": that blocks forever
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(wake).arg(secs);
+        let r = bounded(
+            block + slack,
+            cmd.query_async::<Option<(String, String)>>(&mut con),
+        )
+        .await;
+        match r {
+            Ok(woken) => {
+                self.blocking.put(con);
+                self.up.store(true, Ordering::Relaxed);
+                Ok(woken.is_some())
+            }
+            Err(f) => {
+                self.blocking.clear();
+                self.mark(&f);
+                Err(f)
+            }
+        }
+    }
+}

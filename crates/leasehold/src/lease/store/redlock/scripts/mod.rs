@@ -1,0 +1,396 @@
+//! Redlock's Lua scripts, one `.lua` file each, each behind one function that prepares its call. Every
+//! script runs on one master and touches only that master's keys of one name.
+//!
+//! Limit: a script is atomic on its master only; agreement across masters is the client's counting
+//! (`super::quorum`), never a script's.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Script, ScriptInvocation, Value};
+
+use crate::lease::store::redis::keys::LeaseKeys;
+
+/// Every script's source, loaded together (one `SCRIPT LOAD` pipeline) when a master is first
+/// checked and whenever one answers `NOSCRIPT` (after a restart): all or none, never a master that
+/// knows the acquire but not the release that undoes it.
+const SOURCES: [&str; 6] = [
+    include_str!("acquire.lua"),
+    include_str!("confirm.lua"),
+    include_str!("renew.lua"),
+    include_str!("release.lua"),
+    include_str!("force_release.lua"),
+    include_str!("raise.lua"),
+];
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[0]));
+static CONFIRM: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[1]));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[2]));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[3]));
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[4]));
+static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[5]));
+
+/// Adds `SCRIPT LOAD` of every script to `pipe`, each reply ignored.
+pub(crate) fn load_all(pipe: &mut redis::Pipeline) {
+    for src in SOURCES {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(src).ignore();
+    }
+}
+
+/// How long an unclaimed wake-up stays in a wake list (as on a single server).
+pub(crate) const WAKE_LINGER: Duration = Duration::from_secs(30);
+
+/// How long a release remembers the token it released, so a retried release hears "released".
+pub(crate) const RELEASED_MEMORY: Duration = Duration::from_secs(10);
+
+/// Added to the waiting marker's lifetime beyond the longest block it announces.
+pub(crate) const WAITING_SLACK: Duration = Duration::from_secs(5);
+
+/// What acquire.lua answered on one master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NodeAcquire {
+    /// Taken here; `fence` is what this master recorded (atomically with the lock); `waiting`: the
+    /// waiting marker is alive here and covers this hold.
+    Taken { fence: u64, waiting: bool },
+    /// Held here by someone else for `pttl_ms` more (negative: no expiry); `holder`: the first 8 hex
+    /// digits of the holder's token.
+    Busy { pttl_ms: i64, holder: String },
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn fence_of(v: &Value, script: &'static str) -> RedisResult<u64> {
+    int(v)
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| bad_reply(script, "the fence is not a non-negative integer"))
+}
+
+impl NodeAcquire {
+    /// Reads acquire.lua's reply.
+    pub(crate) fn from_value(v: Value) -> RedisResult<Self> {
+        let Value::Array(items) = v else {
+            return Err(bad_reply("acquire", "not an array"));
+        };
+        match items.as_slice() {
+            [flag, fence, waiting] if int(flag) == Some(1) => Ok(NodeAcquire::Taken {
+                fence: fence_of(fence, "acquire")?,
+                waiting: int(waiting) == Some(1),
+            }),
+            [flag, pttl, holder] if int(flag) == Some(0) => Ok(NodeAcquire::Busy {
+                pttl_ms: int(pttl).ok_or_else(|| bad_reply("acquire", "pttl"))?,
+                holder: text(holder).unwrap_or_default(),
+            }),
+            _ => Err(bad_reply(
+                "acquire",
+                "not {1, fence, waiting} or {0, pttl, holder}",
+            )),
+        }
+    }
+}
+
+/// Reads force_release.lua's reply: `(evicted, fence candidate)`.
+pub(crate) fn forced(v: Value) -> RedisResult<(bool, u64)> {
+    let Value::Array(items) = v else {
+        return Err(bad_reply("force_release", "not an array"));
+    };
+    match items.as_slice() {
+        [evicted, fence] => Ok((int(evicted) == Some(1), fence_of(fence, "force_release")?)),
+        _ => Err(bad_reply("force_release", "not {evicted, fence}")),
+    }
+}
+
+pub(crate) fn bad_reply(script: &'static str, what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected reply from a leasehold redlock script",
+        format!("{script}: {what}"),
+    ))
+}
+
+fn ms(d: Duration) -> u64 {
+    ms_or_zero(d).max(1)
+}
+
+fn ms_or_zero(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn flag(floor: bool) -> &'static str {
+    if floor {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// acquire.lua: take this master's lock with `token` for `ttl` if free and record
+/// `max(stored + 1, proposal, server µs if floor)`; when busy and `wait` is not zero, set the waiting
+/// marker.
+pub(crate) fn acquire(
+    keys: &LeaseKeys,
+    token: &str,
+    ttl: Duration,
+    wait: Duration,
+    proposal: u64,
+    floor: bool,
+) -> ScriptInvocation<'static> {
+    let mut inv = ACQUIRE.prepare_invoke();
+    inv.key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.wake)
+        .key(&keys.waiting)
+        .arg(token)
+        .arg(ms(ttl))
+        .arg(ms_or_zero(wait))
+        .arg(ms(WAITING_SLACK))
+        .arg(proposal)
+        .arg(flag(floor));
+    inv
+}
+
+/// confirm.lua: raise the fence key to `fence` while the lock holds `token`. Replies 1 when it did.
+pub(crate) fn confirm(keys: &LeaseKeys, token: &str, fence: u64) -> ScriptInvocation<'static> {
+    let mut inv = CONFIRM.prepare_invoke();
+    inv.key(&keys.lock).key(&keys.fence).arg(token).arg(fence);
+    inv
+}
+
+/// renew.lua: reset the lock's TTL to `ttl` if it holds `token`. Replies 1 when it was ours.
+pub(crate) fn renew(keys: &LeaseKeys, token: &str, ttl: Duration) -> ScriptInvocation<'static> {
+    let mut inv = RENEW.prepare_invoke();
+    inv.key(&keys.lock).arg(token).arg(ms(ttl));
+    inv
+}
+
+/// release.lua: delete the lock if it holds `token`, then push one wake-up if the waiting marker is
+/// set. Replies 1 when it was ours.
+pub(crate) fn release(keys: &LeaseKeys, token: &str) -> ScriptInvocation<'static> {
+    let mut inv = RELEASE.prepare_invoke();
+    inv.key(&keys.lock)
+        .key(&keys.wake)
+        .key(&keys.waiting)
+        .key(&keys.released)
+        .arg(token)
+        .arg(ms(WAKE_LINGER))
+        .arg(ms(RELEASED_MEMORY));
+    inv
+}
+
+/// force_release.lua: delete the lock whoever holds it and record a fence candidate.
+pub(crate) fn force_release(
+    keys: &LeaseKeys,
+    proposal: u64,
+    floor: bool,
+) -> ScriptInvocation<'static> {
+    let mut inv = FORCE_RELEASE.prepare_invoke();
+    inv.key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.wake)
+        .key(&keys.waiting)
+        .arg(ms(WAKE_LINGER))
+        .arg(proposal)
+        .arg(flag(floor));
+    inv
+}
+
+/// raise.lua: raise the fence key to at least `fence`.
+pub(crate) fn raise(keys: &LeaseKeys, fence: u64) -> ScriptInvocation<'static> {
+    let mut inv = RAISE.prepare_invoke();
+    inv.key(&keys.fence).arg(fence);
+    inv
+}
+
+/// Sends prepared script calls in one pipeline (one round trip). If the master lost its script
+/// cache (a restart), loads the scripts and sends the pipeline again, which is safe because every
+/// script here has the same effect run once or twice. Per item: the reply, or the master's error.
+pub(crate) async fn pipeline<C: ConnectionLike>(
+    con: &mut C,
+    invs: &[ScriptInvocation<'_>],
+) -> RedisResult<Vec<RedisResult<Value>>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for inv in invs {
+        pipe.invoke_script(inv);
+    }
+    let mut values: Vec<Value> = pipe.query_async(con).await?;
+    if values.iter().any(value_is_noscript) {
+        let mut load = redis::pipe();
+        load_all(&mut load);
+        load.query_async::<()>(con).await?;
+        values = pipe.query_async(con).await?;
+    }
+    Ok(values
+        .into_iter()
+        .map(|v| match v {
+            Value::ServerError(e) => Err(e.into()),
+            other => Ok(other),
+        })
+        .collect())
+}
+
+/// Reads a 0/1 reply (confirm, renew, release, raise).
+pub(crate) fn flag_reply(v: RedisResult<Value>) -> RedisResult<bool> {
+    let v = v?;
+    int(&v)
+        .map(|n| n == 1)
+        .ok_or_else(|| bad_reply("flag", "not 0 or 1"))
+}
+
+fn value_is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each script against a real redis-server, run twice where a retry can send it twice.
+
+    use super::*;
+    use leasehold_testkit::RedisServer;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    async fn one<C: ConnectionLike>(con: &mut C, inv: ScriptInvocation<'static>) -> Value {
+        pipeline(con, &[inv]).await.unwrap().pop().unwrap().unwrap()
+    }
+
+    async fn setup() -> (RedisServer, redis::aio::MultiplexedConnection, LeaseKeys) {
+        let srv = RedisServer::start().expect("start a private redis-server");
+        let con = redis::Client::open(srv.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        (srv, con, LeaseKeys::for_checked("t", "rl"))
+    }
+
+    #[tokio::test]
+    async fn acquire_records_the_largest_of_stored_plus_one_proposal_and_clock() {
+        let (_srv, mut con, k) = setup().await;
+        // No floor, no proposal: a plain counter.
+        let a =
+            NodeAcquire::from_value(one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 0, false)).await)
+                .unwrap();
+        assert_eq!(
+            a,
+            NodeAcquire::Taken {
+                fence: 1,
+                waiting: false
+            }
+        );
+        // Retried: the same fence, no second increment.
+        let again =
+            NodeAcquire::from_value(one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 0, false)).await)
+                .unwrap();
+        assert_eq!(a, again);
+        // Busy: the holder's prefix and its TTL, and the marker when the caller will wait.
+        let busy = NodeAcquire::from_value(
+            one(&mut con, acquire(&k, "b", 30 * SEC, 5 * SEC, 0, false)).await,
+        )
+        .unwrap();
+        match busy {
+            NodeAcquire::Busy { pttl_ms, holder } => {
+                assert!(pttl_ms > 29_000, "{pttl_ms}");
+                assert_eq!(holder, "a");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
+        // A proposal above stored + 1 wins.
+        let p = NodeAcquire::from_value(
+            one(&mut con, acquire(&k, "c", 30 * SEC, SEC, 1_000, false)).await,
+        )
+        .unwrap();
+        assert!(
+            matches!(p, NodeAcquire::Taken { fence: 1_000, .. }),
+            "{p:?}"
+        );
+        assert!(flag_reply(Ok(one(&mut con, release(&k, "c")).await)).unwrap());
+        // The floor: the server clock in µs, far above 1001.
+        let f =
+            NodeAcquire::from_value(one(&mut con, acquire(&k, "d", 30 * SEC, SEC, 0, true)).await)
+                .unwrap();
+        match f {
+            NodeAcquire::Taken { fence, .. } => assert!(fence > 1_600_000_000_000_000, "{fence}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn confirm_writes_only_while_the_lock_is_ours_and_never_lowers() {
+        let (_srv, mut con, k) = setup().await;
+        one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 10, false)).await;
+        // Not the holder: nothing written.
+        assert!(!flag_reply(Ok(one(&mut con, confirm(&k, "x", 50)).await)).unwrap());
+        let fence: String = redis::cmd("GET")
+            .arg(&k.fence)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(fence, "10");
+        // The holder: raised, twice is once, a lower value leaves it.
+        for _ in 0..2 {
+            assert!(flag_reply(Ok(one(&mut con, confirm(&k, "a", 50)).await)).unwrap());
+        }
+        assert!(flag_reply(Ok(one(&mut con, confirm(&k, "a", 20)).await)).unwrap());
+        let fence: String = redis::cmd("GET")
+            .arg(&k.fence)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(fence, "50");
+        // Released: a late confirm of the old holder writes nothing.
+        assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
+        assert!(!flag_reply(Ok(one(&mut con, confirm(&k, "a", 90)).await)).unwrap());
+        let fence: String = redis::cmd("GET")
+            .arg(&k.fence)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(fence, "50");
+    }
+
+    #[tokio::test]
+    async fn renew_release_force_and_raise_run_twice_as_once() {
+        let (_srv, mut con, k) = setup().await;
+        one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 5, false)).await;
+        for _ in 0..2 {
+            assert!(flag_reply(Ok(one(&mut con, renew(&k, "a", 30 * SEC)).await)).unwrap());
+        }
+        assert!(!flag_reply(Ok(one(&mut con, renew(&k, "b", 30 * SEC)).await)).unwrap());
+        for _ in 0..2 {
+            assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
+        }
+        assert!(!flag_reply(Ok(one(&mut con, renew(&k, "a", 30 * SEC)).await)).unwrap());
+        one(&mut con, acquire(&k, "b", 30 * SEC, SEC, 0, false)).await;
+        let (e1, f1) = forced(one(&mut con, force_release(&k, 0, false)).await).unwrap();
+        let (e2, f2) = forced(one(&mut con, force_release(&k, 0, false)).await).unwrap();
+        assert!(e1 && !e2 && f1 == 7 && f2 == 8, "{e1} {f1} {e2} {f2}");
+        for _ in 0..2 {
+            assert!(flag_reply(Ok(one(&mut con, raise(&k, 100)).await)).unwrap());
+        }
+        assert!(flag_reply(Ok(one(&mut con, raise(&k, 3)).await)).unwrap());
+        let fence: String = redis::cmd("GET")
+            .arg(&k.fence)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(fence, "100");
+    }
+}

@@ -44,6 +44,21 @@ impl Env {
         }
     }
 
+    /// A private single-node etcd.
+    #[cfg(feature = "etcd")]
+    async fn etcd() -> Env {
+        let cluster =
+            tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single)
+                .await
+                .unwrap()
+                .expect("start a private etcd (is etcd-server installed?)");
+        Env {
+            url: cluster.url(),
+            prefix: unique_prefix("etcd"),
+            _servers: Box::new(cluster),
+        }
+    }
+
     async fn client(&self) -> LeaseClient {
         LeaseClient::builder(&self.url)
             .key_prefix(&self.prefix)
@@ -388,4 +403,4 @@ macro_rules! stores {
     )*};
 }
 
-stores!(redis);
+stores!(redis, etcd if "etcd");

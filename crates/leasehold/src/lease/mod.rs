@@ -42,8 +42,8 @@
 //! per name in this process), [`guard`] (the held [`Lease`]), `watchdog` (one renewal task per client,
 //! and the narrow handle a lease keeps), `state` (what a held lease shares with the watchdog),
 //! [`signal`] (the [`LostSignal`]), and [`store`] (where leases live: the one trait every store
-//! implements, and the stores: `store::redis`). [`options`] and `names` say what is accepted;
-//! [`metrics`] names what is measured.
+//! implements, and the stores: `store::redis`, `store::etcd`). [`options`] and `names` say what is
+//! accepted; [`metrics`] names what is measured.
 
 pub mod client;
 pub mod guard;

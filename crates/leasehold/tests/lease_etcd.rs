@@ -423,8 +423,9 @@ async fn a_paused_holder_loses_its_lease_and_its_fenced_write_is_refused() {
     let stdout = child.stdout.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("CHILD ") {
-                let _ = tx_lines.send(rest.to_owned());
+            // The test harness prints its own words on the same line before the child's.
+            if let Some(at) = line.find("CHILD ") {
+                let _ = tx_lines.send(line[at + "CHILD ".len()..].to_owned());
             }
         }
     });
@@ -540,6 +541,7 @@ async fn wrong_endpoints_are_clear_errors_without_the_password() {
         .await
         .unwrap_err();
     let msg = err.to_string();
+    println!("down: {msg}");
     assert!(err.is_unavailable(), "{msg}");
     assert!(!msg.contains("secret"), "{msg}");
 
@@ -551,6 +553,7 @@ async fn wrong_endpoints_are_clear_errors_without_the_password() {
             .await
             .unwrap_err();
         let msg = err.to_string();
+        println!("{what}: {msg}");
         assert!(
             matches!(
                 err,
@@ -573,6 +576,7 @@ async fn wrong_endpoints_are_clear_errors_without_the_password() {
     let etcd = start(1).await;
     let tls_url = etcd.url().replacen("etcd://", "etcds://", 1);
     let err = quick(tls_url).await.unwrap_err();
+    println!("tls to plain: {err}");
     assert!(
         matches!(
             err,

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::ConnectOptions;
+
+use super::members::Members;
 
 use crate::error::{Error, Result};
 use crate::lease::store::Settings;
@@ -159,20 +161,20 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Builds the client for `target` (nothing is sent yet: connections open on the first request).
-pub(super) async fn client(url: &str, target: &Target, settings: &Settings) -> Result<Client> {
+/// The members of `target`, with the connection settings (nothing is sent yet).
+pub(super) fn members(url: &str, target: &Target, settings: &Settings) -> Result<Members> {
     let location = crate::url::redact(url);
     let mut options = ConnectOptions::new()
         .with_connect_timeout(settings.connect_timeout)
         // A member that stops answering (paused, cut off) is noticed by HTTP/2 pings even while no
-        // request is waiting, so the next request goes to another member.
+        // request is waiting.
         .with_keep_alive(
             Duration::from_secs(1),
             settings.response_timeout.max(Duration::from_millis(500)),
         )
         .with_keep_alive_while_idle(true)
-        // A member cut off from its cluster refuses at once instead of serving stale reads or
-        // holding a request until it rejoins.
+        // A member cut off from its cluster refuses at once instead of holding a request (or a
+        // watch) until it rejoins.
         .with_require_leader(true);
     match (&settings.tls_root_ca_pem, target.tls) {
         (Some(_), false) => {
@@ -194,34 +196,30 @@ pub(super) async fn client(url: &str, target: &Target, settings: &Settings) -> R
     if let Some((user, password)) = &target.user {
         options = options.with_user(user.clone(), password.clone());
     }
-    // With credentials this authenticates (one request); without, it sends nothing.
-    let connecting = Client::connect(&target.endpoints, Some(options));
-    match tokio::time::timeout(
-        settings.connect_timeout + settings.response_timeout,
-        connecting,
-    )
-    .await
-    {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(connect_error(&location, e)),
-        Err(_) => Err(Error::Timeout {
-            phase: crate::Phase::Connect,
-            after: settings.connect_timeout + settings.response_timeout,
-        }),
-    }
+    Ok(Members::new(target.endpoints.clone(), options))
 }
 
-/// A connect-time failure, told apart: a refused or unreachable port is the store being down
-/// ([`Error::Etcd`], exit 69); an answer that is not etcd's, or a TLS mismatch, is a wrong URL
-/// ([`Error::Invalid`], exit 2).
-pub(super) fn connect_error(location: &str, e: etcd_client::Error) -> Error {
-    match super::not_etcd(&e) {
+/// A connect-time failure of the member at `endpoint`, told apart: a refused or unreachable port is
+/// the store being down ([`Error::Etcd`], exit 69); an answer that is not etcd's, or a TLS mismatch,
+/// is a wrong URL ([`Error::Invalid`], exit 2).
+pub(super) fn connect_error(location: &str, endpoint: &str, e: etcd_client::Error) -> Error {
+    // At connect, a connection that opened and was then closed without an HTTP/2 answer is a
+    // server that does not speak gRPC (an HTTP/1 server, or a TLS port spoken to in plain text);
+    // later the same error means a member went away mid-request.
+    let closed_unanswered = || {
+        let text = super::describe(&e).to_ascii_lowercase();
+        ["connection closed", "connection reset"]
+            .iter()
+            .any(|s| text.contains(s))
+            .then(|| super::describe(&e))
+    };
+    match super::not_etcd(&e).or_else(closed_unanswered) {
         Some(what) => Error::invalid(
             "etcd url",
             format!(
-                "`{location}` answered, but not as etcd ({what}); check that each host:port is an etcd \
-                 client URL (port 2379 by default, not the peer port 2380), and use etcds:// if the \
-                 members serve TLS or etcd:// if they do not"
+                "`{location}`: {endpoint} answered, but not as etcd ({what}); check that each \
+                 host:port is an etcd client URL (port 2379 by default, not the peer port 2380), \
+                 and use etcds:// if the members serve TLS or etcd:// if they do not"
             ),
         ),
         None => Error::Etcd {

@@ -8,26 +8,34 @@
 //!
 //! Promise: a batch costs one round trip on an open stream (one more to open it); a stream that failed
 //! or whose batch was cancelled midway is never reused (its unread answers would be taken for the next
-//! batch's), the next batch opens a new one, perhaps on another member. Limit: batches queue behind
+//! batch's), the next batch opens a new one, on the next member if that stream's member failed. Limit: batches queue behind
 //! each other on the one stream; a member forwards each renewal to the leader in turn, so a very large
 //! batch sent to a follower takes a round trip to the leader per lease.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use etcd_client::{LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use tokio::sync::Mutex;
+
+use super::members::Members;
 
 /// The shared keep-alive stream.
 pub(super) struct KeepAlives {
-    /// Opens streams.
-    lease: LeaseClient,
-    /// The open stream, if any: taken out for the length of a batch and put back only when the batch
-    /// read all its answers.
-    stream: Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    /// Where streams are opened.
+    members: Arc<Members>,
+    /// The open stream, if any, and its member: taken out for the length of a batch and put back
+    /// only when the batch read all its answers.
+    stream: Mutex<Option<Open>>,
+    /// The member of the stream opened last: the one to leave when a batch on it times out (the
+    /// batch, cancelled, took the stream with it).
+    last_member: AtomicUsize,
     /// The store's request counter.
     round_trips: Arc<AtomicU64>,
 }
+
+/// An open stream: the sender half (its lease id settable), the answers, and the member it is on.
+type Open = (LeaseKeeper, LeaseKeepAliveStream, usize);
 
 impl std::fmt::Debug for KeepAlives {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -41,10 +49,11 @@ fn is_not_found_on_open(e: &etcd_client::Error) -> bool {
 }
 
 impl KeepAlives {
-    pub(super) fn new(lease: LeaseClient, round_trips: Arc<AtomicU64>) -> Self {
+    pub(super) fn new(members: Arc<Members>, round_trips: Arc<AtomicU64>) -> Self {
         KeepAlives {
-            lease,
+            members,
             stream: Mutex::new(None),
+            last_member: AtomicUsize::new(0),
             round_trips,
         }
     }
@@ -59,7 +68,7 @@ impl KeepAlives {
         }
         let mut slot = self.stream.lock().await;
         let mut next = 0;
-        let (mut keeper, mut answers) = match slot.take() {
+        let (mut keeper, mut answers, member) = match slot.take() {
             Some(open) => open,
             None => loop {
                 // etcd-client opens a stream with one lease's keep-alive and reads its answer; a
@@ -68,14 +77,23 @@ impl KeepAlives {
                     return Ok(out);
                 };
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
-                match self.lease.clone().keep_alive(id).await {
-                    Ok(open) => {
+                let member = self.members.current();
+                self.last_member.store(member, Ordering::Relaxed);
+                let opened = match self.members.client(member).await {
+                    Ok(client) => client.lease_client().keep_alive(id).await,
+                    Err(e) => Err(e),
+                };
+                match opened {
+                    Ok((keeper, answers)) => {
                         out[next] = true;
                         next += 1;
-                        break open;
+                        break (keeper, answers, member);
                     }
                     Err(e) if is_not_found_on_open(&e) => next += 1,
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        self.members.skip(member);
+                        return Err(e);
+                    }
                 }
             },
         };
@@ -108,14 +126,19 @@ impl KeepAlives {
                 }
                 Ok(())
             };
-            futures::future::try_join(send, receive).await?;
+            if let Err(e) = futures::future::try_join(send, receive).await {
+                self.members.skip(member);
+                return Err(e);
+            }
         }
-        *slot = Some((keeper, answers));
+        *slot = Some((keeper, answers, member));
         Ok(out)
     }
 
-    /// Drops the open stream (after a failure elsewhere suggests its member is gone).
+    /// Drops the open stream after it timed out (its member may have stopped answering), and
+    /// leaves that member for the next.
     pub(super) async fn reset(&self) {
         self.stream.lock().await.take();
+        self.members.skip(self.last_member.load(Ordering::Relaxed));
     }
 }

@@ -25,6 +25,7 @@
 mod connect;
 mod keepalive;
 mod keys;
+mod members;
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -34,14 +35,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, KvClient, LeaseClient, LeaseGrantOptions, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient, WatchFilterType,
-    WatchOptions,
+    Client, Compare, CompareOp, GetOptions, GetResponse, KeyValue, LeaseGrantOptions, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    WatchStream,
 };
 use tokio::time::Instant;
 
 use self::keepalive::KeepAlives;
 use self::keys::EtcdKeys;
+use self::members::Members;
 use super::{
     Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
 };
@@ -58,12 +60,8 @@ const LIST_PAGE: i64 = 1_000;
 /// Leases in an etcd cluster. Cheap to clone (clones share the connections).
 #[derive(Clone)]
 pub(crate) struct EtcdStore {
-    /// Reads, transactions.
-    kv: KvClient,
-    /// Grants and revokes.
-    lease: LeaseClient,
-    /// Waiters' watches.
-    watch: WatchClient,
+    /// The members, one channel each, and the one requests go to now.
+    members: Arc<Members>,
     /// The one keep-alive stream of this client.
     keepalives: Arc<KeepAlives>,
     /// Keys are `<prefix>/{<name>}` and `<prefix>/{<name>}/<token>`.
@@ -235,6 +233,14 @@ pub(crate) fn is_transient(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether the request provably never reached a member: the connection to it could not be opened.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let text = describe(e).to_ascii_lowercase();
+    ["tcp connect error", "connection refused", "dns error"]
+        .iter()
+        .any(|s| text.contains(s))
+}
+
 /// What shows that the other end is not an etcd client port (or speaks TLS where we do not, or
 /// the reverse): the reason, or `None` when the error says nothing of the kind.
 pub(crate) fn not_etcd(e: &etcd_client::Error) -> Option<String> {
@@ -267,13 +273,11 @@ impl EtcdStore {
     pub(crate) async fn connect(url: &str, settings: Settings) -> Result<Self> {
         let target = connect::parse(url)?;
         let location: Arc<str> = crate::url::redact(url).into();
-        let client = connect::client(url, &target, &settings).await?;
-        let round_trips = Arc::new(AtomicU64::new(u64::from(target.user.is_some())));
+        let members = Arc::new(connect::members(url, &target, &settings)?);
+        let round_trips = Arc::new(AtomicU64::new(0));
         let store = EtcdStore {
-            kv: client.kv_client(),
-            lease: client.lease_client(),
-            watch: client.watch_client(),
-            keepalives: Arc::new(KeepAlives::new(client.lease_client(), round_trips.clone())),
+            keepalives: Arc::new(KeepAlives::new(members.clone(), round_trips.clone())),
+            members,
             prefix: settings.prefix.into(),
             round_trips,
             response_timeout: settings.response_timeout,
@@ -281,22 +285,65 @@ impl EtcdStore {
             location,
             queued: Arc::new(Mutex::new(HashMap::new())),
         };
-        let probe = GetOptions::new()
-            .with_range(prefix_end(keys::names_start(&store.prefix).as_bytes()))
-            .with_count_only();
-        let start = keys::names_start(&store.prefix);
-        match store
-            .call(Phase::Connect, store.kv.clone().get(start, Some(probe)))
-            .await
-        {
-            Ok(_) => {}
-            Err(Error::Etcd { source, .. }) => {
-                return Err(connect::connect_error(&store.location, source))
-            }
-            Err(e) => return Err(e),
-        }
+        store.probe().await?;
         tracing::debug!(url = %store.location, prefix = %store.prefix, "etcd lease store connected");
         Ok(store)
+    }
+
+    /// Asks every member for a count of this prefix's keys, all at once: one answer is enough to go
+    /// on (the others may be down), but a member that answers as something other than etcd is a
+    /// wrong URL even when the others are fine. Requests then start at a member that answered.
+    async fn probe(&self) -> Result<()> {
+        let start = keys::names_start(&self.prefix);
+        let options = GetOptions::new()
+            .with_range(prefix_end(start.as_bytes()))
+            .with_count_only();
+        let limit = self.limit();
+        let asks = (0..self.members.len()).map(|i| {
+            let (start, options) = (start.clone(), options.clone());
+            async move {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let ask = async {
+                    let mut client = self.members.client(i).await?;
+                    client.get(start, Some(options)).await
+                };
+                (i, tokio::time::timeout(limit, ask).await)
+            }
+        });
+        let answers = futures::future::join_all(asks).await;
+        let mut failure = None;
+        let mut answered = None;
+        for (i, answer) in answers {
+            let endpoint = self.members.endpoint(i);
+            match answer {
+                Ok(Ok(_)) => answered = answered.or(Some(i)),
+                Ok(Err(e)) => {
+                    let e = connect::connect_error(&self.location, endpoint, e);
+                    let wrong = matches!(e, Error::Invalid { .. });
+                    if wrong || failure.is_none() {
+                        failure = Some(e);
+                    }
+                    if wrong {
+                        break;
+                    }
+                }
+                Err(_) => {
+                    failure = failure.or(Some(Error::Timeout {
+                        phase: Phase::Connect,
+                        after: limit,
+                    }))
+                }
+            }
+        }
+        match (answered, failure) {
+            (_, Some(e @ Error::Invalid { .. })) => Err(e),
+            (Some(i), _) => {
+                self.members.use_member(i);
+                Ok(())
+            }
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(Error::invalid("etcd url", "it names no member")),
+        }
     }
 
     fn keys(&self, name: &str) -> EtcdKeys {
@@ -308,21 +355,75 @@ impl EtcdStore {
         self.response_timeout + self.connect_timeout
     }
 
-    /// One request, counted and bounded; a failure is [`Error::Etcd`] for `phase`.
-    async fn call<T>(
-        &self,
-        phase: Phase,
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+    /// One request to the current member, counted and bounded; a failure is [`Error::Etcd`] for
+    /// `phase`. A request that provably never reached the member (the connection was refused) goes
+    /// to the next member at once; one that failed or timed out there moves later requests on to
+    /// the next member, and is not sent again (it may have been executed).
+    async fn call<T, F, Fut>(&self, phase: Phase, op: F) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
         let limit = self.limit();
-        match tokio::time::timeout(limit, fut).await {
-            Ok(r) => r.map_err(|source| Error::Etcd { phase, source }),
-            Err(_) => Err(Error::Timeout {
-                phase,
-                after: limit,
-            }),
+        let mut refused = None;
+        for _ in 0..self.members.len() {
+            let i = self.members.current();
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            let attempt = async {
+                let client = self.members.client(i).await?;
+                op(client).await
+            };
+            match tokio::time::timeout(limit, attempt).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if never_sent(&e) => {
+                    self.members.skip(i);
+                    refused = Some(e);
+                }
+                Ok(Err(e)) => {
+                    if is_transient(&e) {
+                        self.members.skip(i);
+                    }
+                    return Err(Error::Etcd { phase, source: e });
+                }
+                Err(_) => {
+                    self.members.skip(i);
+                    return Err(Error::Timeout {
+                        phase,
+                        after: limit,
+                    });
+                }
+            }
         }
+        Err(Error::Etcd {
+            phase,
+            source: refused.unwrap_or_else(|| {
+                etcd_client::Error::InvalidArgs("the URL names no member".to_owned())
+            }),
+        })
+    }
+
+    async fn txn(&self, phase: Phase, txn: Txn) -> Result<TxnResponse> {
+        self.call(phase, |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+    }
+
+    async fn get(&self, phase: Phase, key: Vec<u8>, options: GetOptions) -> Result<GetResponse> {
+        self.call(phase, |mut c| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { c.get(key, Some(options)).await }
+        })
+        .await
+    }
+
+    async fn watch(&self, key: Vec<u8>, options: WatchOptions) -> Result<WatchStream> {
+        self.call(Phase::Wait, |mut c| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { c.watch(key, Some(options)).await }
+        })
+        .await
     }
 
     /// Keeps leases `ids` alive on the shared stream: per id whether etcd still had it.
@@ -351,10 +452,10 @@ impl EtcdStore {
             let since = Instant::now();
             let options = LeaseGrantOptions::new().with_id(id);
             match self
-                .call(
-                    Phase::Acquire,
-                    self.lease.clone().grant(etcd_ttl(ttl), Some(options)),
-                )
+                .call(Phase::Acquire, |mut c| {
+                    let options = options.clone();
+                    async move { c.lease_grant(etcd_ttl(ttl), Some(options)).await }
+                })
                 .await
             {
                 Ok(granted) => return Ok((since, granted.ttl())),
@@ -373,7 +474,10 @@ impl EtcdStore {
 
     /// Revokes lease `id`, which deletes the key attached to it: `true` when etcd had it.
     async fn revoke(&self, id: i64, phase: Phase) -> Result<bool> {
-        match self.call(phase, self.lease.clone().revoke(id)).await {
+        match self
+            .call(phase, |mut c| async move { c.lease_revoke(id).await })
+            .await
+        {
             Ok(_) => Ok(true),
             Err(Error::Etcd { source, .. }) if is_lease_not_found(&source) => Ok(false),
             Err(e) => Err(e),
@@ -448,7 +552,7 @@ impl EtcdStore {
                 TxnOp::get(q.key.clone(), Some(GetOptions::new().with_keys_only())),
                 TxnOp::get(keys.queue.clone(), Some(ahead)),
             ]);
-        let resp = self.call(phase, self.kv.clone().txn(txn)).await?;
+        let resp = self.txn(phase, txn).await?;
         let rev = revision_of(&resp, phase)?;
         if resp.succeeded() {
             return Ok(Check::Owner { fence: rev });
@@ -531,9 +635,7 @@ impl EtcdStore {
         let options = WatchOptions::new()
             .with_start_revision(rev + 1)
             .with_filters([WatchFilterType::NoPut]);
-        let mut stream = self
-            .call(Phase::Wait, self.watch.clone().watch(ahead, Some(options)))
-            .await?;
+        let mut stream = self.watch(ahead, options).await?;
         let every =
             Duration::from_millis(u64::try_from(q.granted_ttl.max(1)).unwrap_or(1) * 1000 / 3);
         let mut next_keepalive = Instant::now() + every;
@@ -571,7 +673,7 @@ impl EtcdStore {
             .with_limit(1)
             .with_keys_only();
         let mut resp = self
-            .call(phase, self.kv.clone().get(keys.queue.clone(), Some(first)))
+            .get(phase, keys.queue.clone().into_bytes(), first)
             .await?;
         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
         Ok((resp.take_kvs().into_iter().next(), rev))
@@ -594,12 +696,7 @@ impl EtcdStore {
                 ));
                 ops.push(TxnOp::get(k.queue, Some(first)));
             }
-            let resp = self
-                .call(
-                    Phase::Inspect,
-                    self.kv.clone().txn(Txn::new().and_then(ops)),
-                )
-                .await?;
+            let resp = self.txn(Phase::Inspect, Txn::new().and_then(ops)).await?;
             let replies = resp.op_responses();
             let mut owners = Vec::new();
             for (i, name) in chunk.iter().enumerate() {
@@ -622,7 +719,9 @@ impl EtcdStore {
                     return Ok(None);
                 }
                 let r = self
-                    .call(Phase::Inspect, self.lease.clone().time_to_live(lease, None))
+                    .call(Phase::Inspect, |mut c| async move {
+                        c.lease_time_to_live(lease, None).await
+                    })
                     .await?;
                 // Whole seconds, rounded down by etcd; -1 once expired.
                 Ok::<_, Error>(u64::try_from(r.ttl()).ok().map(|s| s * 1000))
@@ -697,7 +796,7 @@ impl Store for EtcdStore {
         } else {
             take
         };
-        let resp = match self.call(Phase::Acquire, self.kv.clone().txn(take)).await {
+        let resp = match self.txn(Phase::Acquire, take).await {
             Ok(resp) => resp,
             Err(e) => {
                 // The transaction may have been applied: revoking the lease deletes a key it put.
@@ -816,8 +915,11 @@ impl Store for EtcdStore {
         let mut after = read_at;
         if let Some(kv) = owner {
             if kv.lease() != 0 {
+                let lease = kv.lease();
                 match self
-                    .call(Phase::Release, self.lease.clone().revoke(kv.lease()))
+                    .call(Phase::Release, |mut c| async move {
+                        c.lease_revoke(lease).await
+                    })
                     .await
                 {
                     Ok(r) => {
@@ -836,7 +938,7 @@ impl Store for EtcdStore {
                         kv.create_revision(),
                     )])
                     .and_then([TxnOp::delete(kv.key().to_vec(), None)]);
-                let resp = self.call(Phase::Release, self.kv.clone().txn(txn)).await?;
+                let resp = self.txn(Phase::Release, txn).await?;
                 evicted = resp.succeeded();
                 after = revision_of(&resp, Phase::Release)?;
             }
@@ -848,9 +950,7 @@ impl Store for EtcdStore {
                 after + 1,
             )])
             .and_then([TxnOp::put(keys.record.clone(), "forced", None)]);
-        let resp = self
-            .call(Phase::Release, self.kv.clone().txn(advance))
-            .await?;
+        let resp = self.txn(Phase::Release, advance).await?;
         let fence = if resp.succeeded() {
             revision_of(&resp, Phase::Release)?
         } else {
@@ -877,12 +977,7 @@ impl Store for EtcdStore {
                 .with_range(end.clone())
                 .with_keys_only()
                 .with_limit(LIST_PAGE);
-            let resp = self
-                .call(
-                    Phase::Inspect,
-                    self.kv.clone().get(from.clone(), Some(page)),
-                )
-                .await?;
+            let resp = self.get(Phase::Inspect, from.clone(), page).await?;
             for kv in resp.kvs() {
                 let Ok(key) = kv.key_str() else { continue };
                 if let Some(name) = keys::name_of(&start, key) {

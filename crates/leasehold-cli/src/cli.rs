@@ -52,9 +52,10 @@ pub(crate) enum Command {
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS). Also read
-    /// from LEASEHOLD_STORE, then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379. `--redis` is an
-    /// alias.
+    /// The lease store: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS),
+    /// `etcd://[user:password@]host:port[,host:port…]` (the members of an etcd cluster) or `etcds://…`
+    /// (TLS). Also read from LEASEHOLD_STORE, then LEASEHOLD_REDIS_URL; default
+    /// redis://127.0.0.1:6379. `--redis` is an alias.
     #[arg(
         long = "store",
         visible_alias = "redis",
@@ -64,7 +65,7 @@ pub(crate) struct StoreArgs {
     )]
     pub(crate) urls: Vec<String>,
     /// Key prefix: the namespace of lease names in the store (Redis keys {PREFIX:NAME}:lock, :fence,
-    /// :wake and :waiting).
+    /// :wake and :waiting; etcd keys PREFIX/{NAME} and PREFIX/{NAME}/TOKEN).
     #[arg(
         long,
         value_name = "PREFIX",

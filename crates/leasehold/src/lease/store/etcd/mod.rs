@@ -254,7 +254,6 @@ pub(crate) fn not_etcd(e: &etcd_client::Error) -> Option<String> {
         "invalid content-type",
         "invalidcontenttype",
         "corrupt message",
-        "invalid peer certificate",
         "unimplemented",
         "unknown service",
         "wrong version number",

@@ -857,3 +857,163 @@ async fn tls_through_an_etcds_url_with_a_private_root_certificate() {
         "{garbage}"
     );
 }
+
+/// Percentile `p` (0..=100) of `v` (sorted in place).
+fn percentile(v: &mut [Duration], p: usize) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v.sort();
+    v[(v.len() - 1) * p / 100]
+}
+
+/// S1: one client takes and releases one free name for `run`; cycles/s, p50 and p99 of a cycle, and
+/// round trips per cycle.
+async fn s1(url: &str, run: Duration) -> (f64, Duration, Duration, f64) {
+    let c = client(url).await;
+    let o = opts(30_000);
+    for _ in 0..50 {
+        c.try_acquire("s1", &o)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let trips = c.round_trips();
+    let mut cycles = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < run {
+        let t = Instant::now();
+        c.try_acquire("s1", &o)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        cycles.push(t.elapsed());
+    }
+    let n = cycles.len();
+    let per_s = n as f64 / started.elapsed().as_secs_f64();
+    let rt = (c.round_trips() - trips) as f64 / n as f64;
+    (
+        per_s,
+        percentile(&mut cycles, 50),
+        percentile(&mut cycles, 99),
+        rt,
+    )
+}
+
+/// S2: 16 contenders on one name, each holding 1 ms, for `run`; as tasks of one client
+/// (`separate == false`) or with a client each. Acquisitions/s, p50 and p99 of the hand-off gap
+/// (one release to the next acquire's return), round trips per acquisition.
+async fn s2(url: &str, separate: bool, run: Duration) -> (f64, Duration, Duration, f64) {
+    let shared = client(url).await;
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        clients.push(if separate {
+            client(url).await
+        } else {
+            shared.clone()
+        });
+    }
+    let trips: u64 = if separate {
+        clients.iter().map(LeaseClient::round_trips).sum()
+    } else {
+        shared.round_trips()
+    };
+    let holds = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .iter()
+        .cloned()
+        .map(|c| {
+            let holds = holds.clone();
+            tokio::spawn(async move {
+                while started.elapsed() < run {
+                    let l = c.acquire("s2", &opts(5_000), ms(30_000)).await.unwrap();
+                    let got = Instant::now();
+                    tokio::time::sleep(ms(1)).await;
+                    let left = Instant::now();
+                    l.release().await.unwrap();
+                    holds.lock().unwrap().push((got, left));
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let mut holds = std::mem::take(&mut *holds.lock().unwrap());
+    holds.sort();
+    assert!(
+        holds.windows(2).all(|w| w[1].0 >= w[0].1),
+        "two holders at once"
+    );
+    let mut gaps: Vec<Duration> = holds.windows(2).map(|w| w[1].0 - w[0].1).collect();
+    let n = holds.len();
+    let now: u64 = if separate {
+        clients.iter().map(LeaseClient::round_trips).sum()
+    } else {
+        shared.round_trips()
+    };
+    (
+        n as f64 / elapsed.as_secs_f64(),
+        percentile(&mut gaps, 50),
+        percentile(&mut gaps, 99),
+        (now - trips) as f64 / n as f64,
+    )
+}
+
+/// Not a test: S1 and S2 on Redis, a single etcd member and three etcd members, printed as a table.
+/// `cargo test -p leasehold --features etcd --release --test lease_etcd bench -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run it on purpose"]
+async fn bench_s1_s2_against_redis() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let run = ms(std::env::var("LEASEHOLD_BENCH_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000));
+    let redis = lease_support::server();
+    let one = start(1).await;
+    let three = start(3).await;
+    let stores = [
+        ("redis", redis.url()),
+        ("etcd x1", one.url()),
+        ("etcd x3", three.url()),
+    ];
+    println!("S1 uncontended acquire+release, one client, {run:?} each");
+    println!("store    | cycles/s | p50      | p99      | round trips/cycle");
+    let mut base = None;
+    for (name, url) in &stores {
+        let (per_s, p50, p99, rt) = s1(url, run).await;
+        let ratio = per_s / *base.get_or_insert(per_s);
+        println!(
+            "{name:8} | {per_s:8.0} | {p50:8.2?} | {p99:8.2?} | {rt:.2}   ({ratio:.2} x redis)"
+        );
+    }
+    for separate in [false, true] {
+        println!(
+            "\nS2 16 contenders, 1 ms holds, {}",
+            if separate {
+                "16 clients"
+            } else {
+                "tasks of one client"
+            }
+        );
+        println!("store    | acq/s    | gap p50  | gap p99  | round trips/acq");
+        let mut base = None;
+        for (name, url) in &stores {
+            let (per_s, p50, p99, rt) = s2(url, separate, run).await;
+            let ratio = per_s / *base.get_or_insert(per_s);
+            println!(
+                "{name:8} | {per_s:8.0} | {p50:8.2?} | {p99:8.2?} | {rt:.2}   ({ratio:.2} x redis)"
+            );
+        }
+    }
+}

@@ -208,7 +208,7 @@ pub(super) fn connect_error(location: &str, endpoint: &str, e: etcd_client::Erro
     // later the same error means a member went away mid-request.
     let closed_unanswered = || {
         let text = super::describe(&e).to_ascii_lowercase();
-        ["connection closed", "connection reset"]
+        ["connection closed", "connection reset", "broken pipe"]
             .iter()
             .any(|s| text.contains(s))
             .then(|| super::describe(&e))

@@ -102,6 +102,9 @@ struct Queued {
     granted_ttl: i64,
     /// When it was last asked about; entries of callers that vanished are swept after a while.
     touched: Instant,
+    /// The key just ahead of it and the revision it was seen at, when the last request learnt it:
+    /// the next wait can watch it at once instead of asking again.
+    ahead: Option<(Vec<u8>, i64)>,
 }
 
 /// Where a queued contender stands.
@@ -615,15 +618,21 @@ impl EtcdStore {
                     .get_mut(req.token)
                 {
                     entry.touched = Instant::now();
+                    entry.ahead = ahead.clone().map(|key| (key, rev));
                 }
                 Ok(Asked::Behind { ahead, rev })
             }
         }
     }
 
-    /// Waits until `ahead` is deleted after revision `rev`, or `end` passes, keeping `q`'s lease
+    /// Waits until `ahead` (seen at revision `rev`) is deleted, or `end` passes, keeping `q`'s lease
     /// alive meanwhile. `Ok(true)`: deleted (or the watch was cut short: look again); `Ok(false)`:
     /// `end` passed or `q`'s lease is gone.
+    ///
+    /// The watch starts at the present, not at `rev + 1`: etcd serves a watch that starts in the past
+    /// from a catch-up loop that runs every 100 ms, which would delay a hand-off by up to that much.
+    /// So it watches first and then, if the store moved since `rev`, reads whether `ahead` is still
+    /// there: a deletion before the watch began is seen by the read, one after it by the watch.
     async fn watch_deletion(
         &self,
         ahead: Vec<u8>,
@@ -631,10 +640,39 @@ impl EtcdStore {
         q: &Queued,
         end: Instant,
     ) -> Result<bool> {
-        let options = WatchOptions::new()
-            .with_start_revision(rev + 1)
-            .with_filters([WatchFilterType::NoPut]);
-        let mut stream = self.watch(ahead, options).await?;
+        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let mut stream = self.watch(ahead.clone(), options).await?;
+        let ended = || Error::Etcd {
+            phase: Phase::Wait,
+            source: etcd_client::Error::WatchError("etcd ended the watch".to_owned()),
+        };
+        let created = match tokio::time::timeout(self.limit(), stream.message()).await {
+            Ok(Ok(Some(created))) => created,
+            Ok(Ok(None)) => return Err(ended()),
+            Ok(Err(source)) => {
+                return Err(Error::Etcd {
+                    phase: Phase::Wait,
+                    source,
+                })
+            }
+            Err(_) => {
+                return Err(Error::Timeout {
+                    phase: Phase::Wait,
+                    after: self.limit(),
+                })
+            }
+        };
+        if created.canceled() || !created.events().is_empty() {
+            return Ok(true);
+        }
+        if created.header().map_or(true, |h| h.revision() != rev) {
+            let still = self
+                .get(Phase::Wait, ahead, GetOptions::new().with_count_only())
+                .await?;
+            if still.count() == 0 {
+                return Ok(true);
+            }
+        }
         let every =
             Duration::from_millis(u64::try_from(q.granted_ttl.max(1)).unwrap_or(1) * 1000 / 3);
         let mut next_keepalive = Instant::now() + every;
@@ -643,10 +681,7 @@ impl EtcdStore {
                 msg = stream.message() => {
                     let msg = msg.map_err(|source| Error::Etcd { phase: Phase::Wait, source })?;
                     let Some(resp) = msg else {
-                        return Err(Error::Etcd {
-                            phase: Phase::Wait,
-                            source: etcd_client::Error::WatchError("etcd ended the watch".to_owned()),
-                        });
+                        return Err(ended());
                     };
                     if resp.canceled() || !resp.events().is_empty() {
                         return Ok(true);
@@ -787,11 +822,20 @@ impl Store for EtcdStore {
                 TxnOp::put(keys.record.clone(), req.token, None),
             ]);
         let take = if enqueue {
-            take.or_else([TxnOp::put(
-                mine.clone(),
-                "",
-                Some(PutOptions::new().with_lease(lease).with_prev_key()),
-            )])
+            // Queue at the back, and read the two newest keys: ours, and the one just ahead.
+            let newest = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(2)
+                .with_keys_only();
+            take.or_else([
+                TxnOp::put(
+                    mine.clone(),
+                    "",
+                    Some(PutOptions::new().with_lease(lease).with_prev_key()),
+                ),
+                TxnOp::get(keys.queue.clone(), Some(newest)),
+            ])
         } else {
             take
         };
@@ -819,11 +863,20 @@ impl Store for EtcdStore {
             self.revoke_in_background(lease);
             return Ok(Attempt::Busy { remaining: None });
         }
-        let created = match resp.op_responses().first() {
+        let replies = resp.op_responses();
+        let existed = match replies.first() {
             Some(TxnOpResponse::Put(p)) => p.prev_key().map(|kv| kv.create_revision()),
             _ => None,
-        }
-        .unwrap_or(rev);
+        };
+        let created = existed.unwrap_or(rev);
+        // Known only when our key is the one just created (the newest); a key put again by a
+        // retried attempt keeps its place, and the wait then asks.
+        let ahead = match kvs_of(&replies, 1) {
+            [newest, before, ..] if existed.is_none() && newest.key() == mine.as_bytes() => {
+                Some((before.key().to_vec(), rev))
+            }
+            _ => None,
+        };
         self.remember_queued(
             req.token,
             Queued {
@@ -832,6 +885,7 @@ impl Store for EtcdStore {
                 rev: created,
                 granted_ttl,
                 touched: Instant::now(),
+                ahead,
             },
         );
         Ok(Attempt::Busy { remaining: None })
@@ -844,13 +898,23 @@ impl Store for EtcdStore {
         let Some(q) = self.queued(req.token) else {
             return Ok(Turn::AskAgain);
         };
+        // Right after queueing or asking, the key ahead is known: watch it without asking again.
+        let mut known = self
+            .queued
+            .lock()
+            .expect("queue registry lock")
+            .get_mut(req.token)
+            .and_then(|entry| entry.ahead.take());
         let keys = self.keys(req.name);
         let end = Instant::now() + block;
         loop {
-            let (ahead, rev) = match self.ask_turn(&keys, &q, req, Phase::Wait).await? {
-                Asked::Taken(grant) => return Ok(Turn::Taken(grant)),
-                Asked::Gone => return Ok(Turn::AskAgain),
-                Asked::Behind { ahead, rev } => (ahead, rev),
+            let (ahead, rev) = match known.take().map(|(key, rev)| (Some(key), rev)) {
+                Some(known) => known,
+                None => match self.ask_turn(&keys, &q, req, Phase::Wait).await? {
+                    Asked::Taken(grant) => return Ok(Turn::Taken(grant)),
+                    Asked::Gone => return Ok(Turn::AskAgain),
+                    Asked::Behind { ahead, rev } => (ahead, rev),
+                },
             };
             if Instant::now() >= end {
                 return Ok(Turn::AskAgain);

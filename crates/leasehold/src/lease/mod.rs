@@ -5,9 +5,10 @@
 //! has a lease name at a time; every new holder gets a strictly larger [`Fence`](crate::Fence), by
 //! the store's own rule (Redis: `max(previous + 1, server time in µs)`, so it survives a restart or
 //! failover that lost the keys as long as the new server's clock is not behind the old one's by more
-//! than the outage took); a holder is told (the [`LostSignal`]) as soon as its lease is no longer safe.
-//! Limit: a process pause longer than the lease, or a failover before the lock write replicated, gives
-//! two holders. No store prevents a pause. If double execution would corrupt data, fence or
+//! than the outage took; etcd: the cluster revision at which the holder became the owner); a holder is
+//! told (the [`LostSignal`]) as soon as its lease is no longer safe.
+//! Limit: a process pause longer than the lease, or a Redis failover before the lock write
+//! replicated, gives two holders. No store prevents a pause. If double execution would corrupt data, fence or
 //! constrain at the resource ([`crate::fence`], [`crate::idempotency`], [`crate::state`]).
 //!
 //! # Example: do a job under a lease, stop when it is lost

@@ -665,7 +665,7 @@ impl EtcdStore {
         if created.canceled() || !created.events().is_empty() {
             return Ok(true);
         }
-        if created.header().map_or(true, |h| h.revision() != rev) {
+        if created.header().is_none_or(|h| h.revision() != rev) {
             let still = self
                 .get(Phase::Wait, ahead, GetOptions::new().with_count_only())
                 .await?;

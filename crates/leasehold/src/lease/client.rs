@@ -135,7 +135,7 @@ struct AbandonGuard<'a> {
 
 impl AbandonGuard<'_> {
     /// Abandons now, in the caller's task (the caller gave up without being cancelled).
-    async fn abandon_now(mut self) {
+    async fn abandon_now(&mut self) {
         self.armed = false;
         if let Err(e) = self.keeper.store().abandon(&self.req).await {
             tracing::debug!(error = %e, "abandoning an acquire failed; anything it took expires by its TTL");
@@ -475,10 +475,12 @@ impl LeaseClient {
                         holder_remaining = Some(remaining);
                     }
                     Err(e) if is_transient(&e) => {
-                        self.back_off(end, e).await?;
+                        if let Err(e) = self.back_off(end, e).await {
+                            return Err(self.give_up(&mut guard, e).await);
+                        }
                         continue;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(self.give_up(&mut guard, e).await),
                 }
             }
             let left = end.saturating_duration_since(Instant::now());
@@ -499,11 +501,25 @@ impl LeaseClient {
                         return Ok(self.make_lease(name, &token, &grant, opts));
                     }
                     Ok(Turn::AskAgain) => {}
-                    Err(e) if is_transient(&e) => self.back_off(end, e).await?,
-                    Err(e) => return Err(e),
+                    Err(e) if is_transient(&e) => {
+                        if let Err(e) = self.back_off(end, e).await {
+                            return Err(self.give_up(&mut guard, e).await);
+                        }
+                    }
+                    Err(e) => return Err(self.give_up(&mut guard, e).await),
                 }
             }
         }
+    }
+
+    /// The wait ends with `e`: a store that queues waiters is told to drop this caller's place (and
+    /// a lease handed to it meanwhile), so that the place does not hold up the queue until its TTL
+    /// runs out. Returns `e`.
+    async fn give_up(&self, guard: &mut AbandonGuard<'_>, e: Error) -> Error {
+        if self.store().queues_waiters() {
+            guard.abandon_now().await;
+        }
+        e
     }
 
     /// A store blip while waiting (a dropped connection, a restart) is retried within the wait bound

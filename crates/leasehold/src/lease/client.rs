@@ -60,7 +60,7 @@ fn is_transient(e: &Error) -> bool {
 
 impl LeaseClientBuilder {
     /// Key prefix (default `leasehold`): the namespace of lease names in the store (Redis keys
-    /// `{<prefix>:<name>}:lock` and so on).
+    /// `{<prefix>:<name>}:lock` and so on, etcd keys `<prefix>/{<name>}/…`).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.settings.prefix = prefix.into();
         self
@@ -87,7 +87,8 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// Opens the store the URL names (`redis://`, `rediss://`; see
+    /// Opens the store the URL names (`redis://`, `rediss://`, with the `etcd` feature `etcd://`,
+    /// `etcds://`; see
     /// [`SCHEMES`](crate::lease::SCHEMES) for what this build knows) and spawns the client's renewal
     /// task. Call it inside a Tokio runtime: the task lives as long as the client or any of its
     /// leases.
@@ -95,8 +96,9 @@ impl LeaseClientBuilder {
     /// # Errors
     ///
     /// [`Error::Invalid`] for a malformed URL, an unknown scheme or a bad setting (nothing was
-    /// sent); [`Error::Redis`] or [`Error::Timeout`] with [`Phase::Connect`](crate::Phase::Connect)
-    /// for a store that cannot be reached or refuses the credentials (it is asked once).
+    /// sent, also an etcd endpoint that answers as something else); [`Error::Redis`], `Error::Etcd`
+    /// or [`Error::Timeout`] with [`Phase::Connect`](crate::Phase::Connect) for a store that cannot
+    /// be reached or refuses the credentials (it is asked once; every member of an etcd cluster).
     ///
     /// # Cancel safety
     ///
@@ -191,7 +193,8 @@ enum Outcome {
 
 impl LeaseClient {
     /// Starts a builder for the store at `url`: `redis://[user:password@]host[:port][/db]`,
-    /// `rediss://…` (TLS), and whatever else [`SCHEMES`](crate::lease::SCHEMES) lists.
+    /// `rediss://…` (TLS), `etcd://[user:password@]host:port[,host:port…]` and `etcds://…` (with the
+    /// `etcd` feature), and whatever else [`SCHEMES`](crate::lease::SCHEMES) lists.
     pub fn builder(url: impl Into<String>) -> LeaseClientBuilder {
         LeaseClientBuilder {
             url: url.into(),

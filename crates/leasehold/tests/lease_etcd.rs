@@ -161,6 +161,7 @@ async fn etcd_keeps_whole_seconds_and_the_holder_stops_first() {
         .no_renewal()
         .build()
         .unwrap();
+    let before = Instant::now();
     let a = c.try_acquire("seconds", &o).await.unwrap();
     let info = c.inspect("seconds").await.unwrap();
     assert!(info.held);
@@ -170,10 +171,15 @@ async fn etcd_keeps_whole_seconds_and_the_holder_stops_first() {
         .await
         .unwrap();
     assert_eq!(reason, LostReason::DeadlinePassed);
-    assert!(
-        c.inspect("seconds").await.unwrap().held,
-        "etcd still has it when the holder's own deadline passes"
-    );
+    let held = c.inspect("seconds").await.unwrap().held;
+    // etcd expires it 3 s after the grant at the earliest; a machine too loaded to look before
+    // then cannot tell.
+    if before.elapsed() < ms(2_900) {
+        assert!(
+            held,
+            "etcd still has it when the holder's own deadline passes"
+        );
+    }
     assert!(
         eventually(ms(5_000), async || !c
             .inspect("seconds")
@@ -276,7 +282,7 @@ async fn killing_a_member_or_the_leader_keeps_a_held_lease_alive() {
     let url = etcd.url();
     let c = client(&url).await;
     let observer = client(&url).await;
-    let ttl = 4_000;
+    let ttl = 5_000;
     let l = c.try_acquire("kept", &opts(ttl)).await.unwrap();
     let fence = l.fence();
     let stop = Arc::new(AtomicU64::new(0));

@@ -5,7 +5,6 @@
 //! lives on while a lone member's death loses it; a holder process paused past its TTL loses the
 //! lease to the next holder and its late fenced write is refused where an unfenced one lands;
 //! wrong endpoints, TLS and credentials give clear errors.
-#![cfg(feature = "etcd")]
 
 mod lease_support;
 

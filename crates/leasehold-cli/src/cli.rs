@@ -57,11 +57,12 @@ pub(crate) enum Command {
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS). Give it an
-    /// odd number of times, 3 or more, for Redlock over that many independent Redis masters (a
-    /// majority must hold the lease). Also read from LEASEHOLD_STORE (several URLs separated by
-    /// spaces for Redlock), then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379. `--redis` is
-    /// an alias.
+    /// The lease store: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS),
+    /// `etcd://[user:password@]host:port[,host:port…]` (the members of an etcd cluster) or `etcds://…`
+    /// (TLS). Give a Redis URL an odd number of times, 3 or more, for Redlock over that many
+    /// independent Redis masters (a majority must hold the lease). Also read from LEASEHOLD_STORE
+    /// (several URLs separated by spaces for Redlock), then LEASEHOLD_REDIS_URL; default
+    /// redis://127.0.0.1:6379. `--redis` is an alias.
     #[arg(
         long = "store",
         visible_alias = "redis",
@@ -71,7 +72,7 @@ pub(crate) struct StoreArgs {
     )]
     pub(crate) urls: Vec<String>,
     /// Key prefix: the namespace of lease names in the store (Redis keys {PREFIX:NAME}:lock, :fence,
-    /// :wake and :waiting).
+    /// :wake and :waiting; etcd keys PREFIX/{NAME} and PREFIX/{NAME}/TOKEN).
     #[arg(
         long,
         value_name = "PREFIX",

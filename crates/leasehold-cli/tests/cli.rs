@@ -628,3 +628,106 @@ fn the_store_is_chosen_by_url_from_flag_or_environment_and_unknown_schemes_are_r
     assert!(!err.contains("s3cret"), "{err}");
     assert!(!ran.exists());
 }
+
+#[test]
+fn etcd_store_runs_a_command_and_serves_status_list_and_force_release() {
+    let etcd = leasehold_testkit::EtcdCluster::start_single().expect("etcd (etcd-server)");
+    let url = etcd.url();
+    let dir = tempfile::tempdir().unwrap();
+    let fence_file = dir.path().join("fence");
+    let script = format!(
+        "echo \"$LEASEHOLD_FENCE\" > {}; trap 'exit 0' TERM; sleep 30 & wait",
+        fence_file.display()
+    );
+    let mut run = leasehold(None)
+        .args([
+            "run", "--store", &url, "--ttl", "2s", "--grace", "5s", "nightly", "--", "sh", "-c",
+            &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the command has started", || {
+        !read(&fence_file).trim().is_empty()
+    });
+    let fence_a: u64 = read(&fence_file).trim().parse().unwrap();
+
+    let o = run_out(leasehold(None).args(["status", "--json", "--store", &url, "nightly"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let held: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(held["store"], "etcd", "{held}");
+    assert_eq!(held["held"], true, "{held}");
+    assert_eq!(held["fence"].as_u64(), Some(fence_a), "{held}");
+    assert_eq!(held["key"], "leasehold/{nightly}/", "{held}");
+
+    let o = run_out(leasehold(None).args(["list", "--store", &url]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("nightly: held"), "{}", stdout(&o));
+
+    // A second run while it is held: busy.
+    let o = run_out(leasehold(None).args(["run", "--store", &url, "nightly", "--", "true"]));
+    assert_eq!(o.status.code(), Some(75), "{}", stderr(&o));
+
+    // The operator evicts the holder: its command is stopped, and the fence moved past it.
+    let o =
+        run_out(leasehold(None).args(["release", "--force", "--json", "--store", &url, "nightly"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let forced: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(forced["evicted"], true, "{forced}");
+    assert!(forced["fence"].as_u64().unwrap() > fence_a, "{forced}");
+    let status = wait_with_timeout(&mut run, Duration::from_secs(20));
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(76), "{err}");
+
+    // Free again: the next run gets it with a larger fence.
+    let o = run_out(leasehold(None).args([
+        "run",
+        "--store",
+        &url,
+        "nightly",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCE",
+    ]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let fence_b: u64 = stdout(&o).trim().parse().unwrap();
+    assert!(fence_b > forced["fence"].as_u64().unwrap());
+}
+
+#[test]
+fn etcd_urls_that_are_wrong_exit_2_and_a_down_cluster_exits_69_without_the_password() {
+    let redis = RedisServer::start().unwrap();
+    let down = leasehold_testkit::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = ran.display().to_string();
+    for (url, code, says) in [
+        (
+            format!("etcd://app:s3cret@127.0.0.1:{down}"),
+            69,
+            "cannot reach",
+        ),
+        (
+            format!("etcd://app:s3cret@127.0.0.1:{}", redis.port()),
+            2,
+            "not as etcd",
+        ),
+        ("etcd://app:s3cret@127.0.0.1:99999".to_owned(), 2, "port"),
+        ("etcd://app:s3cret@h:1/path".to_owned(), 2, "no path"),
+    ] {
+        for args in [
+            vec!["run", "--store", &url, "job", "--", "touch", &touch],
+            vec!["status", "--store", &url, "job"],
+        ] {
+            let o = run_out(leasehold(None).args(&args));
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+            assert!(err.contains(says), "{args:?}: {err}");
+            assert!(!err.contains("s3cret"), "{args:?}: {err}");
+        }
+    }
+    assert!(!ran.exists(), "the command must not run without the lease");
+}

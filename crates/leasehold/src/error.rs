@@ -55,8 +55,8 @@ pub enum LostReason {
     /// The holder's own deadline (measured from before the acquire was sent, minus drift) passed without
     /// a successful renewal. Redis may not have expired the key yet; it does not matter.
     DeadlinePassed,
-    /// Redis answered a renewal: the key no longer holds our token (it expired, or was force-released
-    /// and perhaps taken by someone else).
+    /// The store answered a renewal: it no longer holds our token (the lease expired, or was
+    /// force-released and perhaps taken by someone else).
     NotOurs,
     /// The configured maximum hold time was reached; renewal stopped on purpose.
     MaxHoldReached,
@@ -66,7 +66,9 @@ impl std::fmt::Display for LostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             LostReason::DeadlinePassed => "its deadline passed without a successful renewal",
-            LostReason::NotOurs => "Redis no longer holds our token (expired or force-released)",
+            LostReason::NotOurs => {
+                "the store no longer holds our token (expired or force-released)"
+            }
             LostReason::MaxHoldReached => "the maximum hold time was reached",
         })
     }
@@ -119,6 +121,19 @@ pub enum Error {
         /// The driver's error.
         #[source]
         source: redis::RedisError,
+    },
+    /// etcd could not be reached or answered with an error.
+    #[cfg(feature = "etcd")]
+    #[error(
+        "etcd failed during {phase}: {}",
+        crate::lease::store::etcd::describe(source)
+    )]
+    Etcd {
+        /// What we were doing.
+        phase: Phase,
+        /// The driver's error.
+        #[source]
+        source: etcd_client::Error,
     },
     /// `WAIT` after acquire returned fewer replica acknowledgements than asked for, under the
     /// fail-closed policy: the lease was released again.
@@ -243,6 +258,8 @@ impl Error {
                     || source.is_connection_refusal()
                     || source.is_cluster_error()
             }
+            #[cfg(feature = "etcd")]
+            Error::Etcd { source, .. } => crate::lease::store::etcd::is_transient(source),
             #[cfg(any(feature = "postgres", feature = "sqlite"))]
             Error::Database(e) => {
                 matches!(
@@ -284,6 +301,8 @@ impl Error {
             Error::Timeout { .. } | Error::NotReplicated { .. } | Error::NoQuorum { .. } => true,
             #[cfg(feature = "redis")]
             Error::Redis { .. } => true,
+            #[cfg(feature = "etcd")]
+            Error::Etcd { .. } => true,
             #[cfg(any(feature = "postgres", feature = "sqlite"))]
             Error::Database(e) => matches!(
                 e,

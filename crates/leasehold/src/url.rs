@@ -45,15 +45,24 @@ pub fn redact(url: &str) -> String {
 /// something shaped like a host list. An `@` inside a query value (`?user=a@b`) is not followed by a
 /// host, so it is not taken for the end of a userinfo.
 fn userinfo_end(rest: &str) -> Option<usize> {
-    rest.match_indices('@').map(|(i, _)| i).rev().find(|&at| {
+    let hosts_after = |at: usize| {
         let after = &rest[at + 1..];
-        let hosts = &after[..after.find(['/', '?', '#']).unwrap_or(after.len())];
-        !hosts.is_empty()
-            && hosts.chars().all(|c| {
-                c.is_ascii_alphanumeric()
-                    || matches!(c, '.' | '-' | '_' | ':' | ',' | '[' | ']' | '%')
-            })
-    })
+        &after[..after.find(['/', '?', '#']).unwrap_or(after.len())]
+    };
+    rest.match_indices('@')
+        .map(|(i, _)| i)
+        .rev()
+        .find(|&at| {
+            let hosts = hosts_after(at);
+            !hosts.is_empty()
+                && hosts.chars().all(|c| {
+                    c.is_ascii_alphanumeric()
+                        || matches!(c, '.' | '-' | '_' | ':' | ',' | '[' | ']' | '%')
+                })
+        })
+        // A URL with credentials and no host (`etcd://user:pw@`) is still hidden: its last `@`
+        // followed by an empty host ends the userinfo.
+        .or_else(|| rest.rfind('@').filter(|&at| hosts_after(at).is_empty()))
 }
 
 /// Replaces the values of secret-carrying query parameters.
@@ -118,6 +127,8 @@ mod tests {
                 "etcd://u:p@10.0.0.1:2379,10.0.0.2:2379",
                 "etcd://u:***@10.0.0.1:2379,10.0.0.2:2379",
             ),
+            ("etcd://u:secret@", "etcd://u:***@"),
+            ("etcd://u:se/cret@/x", "etcd://u:***@/x"),
             ("sqlite:/tmp/a.db", "sqlite:/tmp/a.db"),
             ("not a url", "not a url"),
         ];

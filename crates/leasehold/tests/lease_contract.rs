@@ -62,6 +62,21 @@ impl Env {
         }
     }
 
+    /// A private single-node etcd.
+    #[cfg(feature = "etcd")]
+    async fn etcd() -> Env {
+        let cluster =
+            tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single)
+                .await
+                .unwrap()
+                .expect("start a private etcd (is etcd-server installed?)");
+        Env {
+            urls: vec![cluster.url()],
+            prefix: unique_prefix("etcd"),
+            _servers: Box::new(cluster),
+        }
+    }
+
     async fn client(&self) -> LeaseClient {
         let builder = match self.urls.as_slice() {
             [one] => LeaseClient::builder(one),
@@ -410,4 +425,4 @@ macro_rules! stores {
     )*};
 }
 
-stores!(redis if "redis", redlock if "redis");
+stores!(redis if "redis", redlock if "redis", etcd if "etcd");

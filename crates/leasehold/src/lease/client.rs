@@ -69,7 +69,7 @@ fn is_transient(e: &Error) -> bool {
 
 impl LeaseClientBuilder {
     /// Key prefix (default `leasehold`): the namespace of lease names in the store (Redis keys
-    /// `{<prefix>:<name>}:lock` and so on).
+    /// `{<prefix>:<name>}:lock` and so on, etcd keys `<prefix>/{<name>}/…`).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.settings.prefix = prefix.into();
         self
@@ -96,7 +96,8 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// Opens the store the URL names (`redis://`, `rediss://`; see
+    /// Opens the store the URL names (`redis://`, `rediss://`, with the `etcd` feature `etcd://`,
+    /// `etcds://`; see
     /// [`SCHEMES`](crate::lease::SCHEMES) for what this build knows) and spawns the client's renewal
     /// task. Call it inside a Tokio runtime: the task lives as long as the client or any of its
     /// leases.
@@ -104,9 +105,10 @@ impl LeaseClientBuilder {
     /// # Errors
     ///
     /// [`Error::Invalid`] for a malformed URL, an unknown scheme or a bad setting (nothing was
-    /// sent); [`Error::Redis`] or [`Error::Timeout`] with [`Phase::Connect`](crate::Phase::Connect)
-    /// for a store that cannot be reached or refuses the credentials (it is asked once); for a
-    /// Redlock, [`Error::Invalid`] also for a replica or two URLs naming one server, and
+    /// sent, also an etcd endpoint that answers as something else); [`Error::Redis`], `Error::Etcd`
+    /// or [`Error::Timeout`] with [`Phase::Connect`](crate::Phase::Connect) for a store that cannot
+    /// be reached or refuses the credentials (it is asked once; every member of an etcd cluster);
+    /// for a Redlock, [`Error::Invalid`] also for a replica or two URLs naming one server, and
     /// [`Error::NoQuorum`] when fewer than a majority of the masters answer.
     ///
     /// # Cancel safety
@@ -149,7 +151,7 @@ struct AbandonGuard<'a> {
 
 impl AbandonGuard<'_> {
     /// Abandons now, in the caller's task (the caller gave up without being cancelled).
-    async fn abandon_now(mut self) {
+    async fn abandon_now(&mut self) {
         self.armed = false;
         if let Err(e) = self.keeper.store().abandon(&self.req).await {
             tracing::debug!(error = %e, "abandoning an acquire failed; anything it took expires by its TTL");
@@ -205,7 +207,8 @@ enum Outcome {
 
 impl LeaseClient {
     /// Starts a builder for the store at `url`: `redis://[user:password@]host[:port][/db]`,
-    /// `rediss://…` (TLS), and whatever else [`SCHEMES`](crate::lease::SCHEMES) lists.
+    /// `rediss://…` (TLS), `etcd://[user:password@]host:port[,host:port…]` and `etcds://…` (with the
+    /// `etcd` feature), and whatever else [`SCHEMES`](crate::lease::SCHEMES) lists.
     pub fn builder(url: impl Into<String>) -> LeaseClientBuilder {
         LeaseClientBuilder {
             target: Target::One(url.into()),
@@ -525,10 +528,12 @@ impl LeaseClient {
                         holder_remaining = Some(remaining);
                     }
                     Err(e) if is_transient(&e) => {
-                        self.back_off(end, e).await?;
+                        if let Err(e) = self.back_off(end, e).await {
+                            return Err(self.give_up(&mut guard, e).await);
+                        }
                         continue;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(self.give_up(&mut guard, e).await),
                 }
             }
             let left = end.saturating_duration_since(Instant::now());
@@ -549,11 +554,25 @@ impl LeaseClient {
                         return Ok(self.make_lease(name, &token, &grant, opts));
                     }
                     Ok(Turn::AskAgain) => {}
-                    Err(e) if is_transient(&e) => self.back_off(end, e).await?,
-                    Err(e) => return Err(e),
+                    Err(e) if is_transient(&e) => {
+                        if let Err(e) = self.back_off(end, e).await {
+                            return Err(self.give_up(&mut guard, e).await);
+                        }
+                    }
+                    Err(e) => return Err(self.give_up(&mut guard, e).await),
                 }
             }
         }
+    }
+
+    /// The wait ends with `e`: a store that queues waiters is told to drop this caller's place (and
+    /// a lease handed to it meanwhile), so that the place does not hold up the queue until its TTL
+    /// runs out. Returns `e`.
+    async fn give_up(&self, guard: &mut AbandonGuard<'_>, e: Error) -> Error {
+        if self.store().queues_waiters() {
+            guard.abandon_now().await;
+        }
+        e
     }
 
     /// A store blip while waiting (a dropped connection, a restart) is retried within the wait bound

@@ -14,6 +14,8 @@
 //!
 //! Limit: a store promises nothing about a holder that is paused past its deadline; fence the resource.
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
@@ -39,6 +41,8 @@ pub enum StoreKind {
     Redis,
     /// Redlock over an odd number (three or more) of independent Redis masters.
     Redlock,
+    /// An etcd cluster (`etcd://`, `etcds://`).
+    Etcd,
 }
 
 impl fmt::Display for StoreKind {
@@ -46,6 +50,7 @@ impl fmt::Display for StoreKind {
         f.write_str(match self {
             StoreKind::Redis => "redis",
             StoreKind::Redlock => "redlock",
+            StoreKind::Etcd => "etcd",
         })
     }
 }
@@ -82,6 +87,10 @@ pub const SCHEMES: &[&str] = &[
     "redis://",
     #[cfg(feature = "redis")]
     "rediss://",
+    #[cfg(feature = "etcd")]
+    "etcd://",
+    #[cfg(feature = "etcd")]
+    "etcds://",
 ];
 
 /// Settings every store takes from [`LeaseClientBuilder`](crate::LeaseClientBuilder).
@@ -150,7 +159,7 @@ pub(crate) enum Attempt {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Turn {
     /// The store handed the lease to the waiter while it waited.
-    #[allow(dead_code)] // built by stores that hand the lease over in their release
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))] // built by stores with a queue
     Taken(Grant),
     /// Woken, or the block time passed: ask again.
     AskAgain,
@@ -241,6 +250,8 @@ pub(crate) async fn open(url: &str, settings: Settings) -> Result<Arc<dyn Store>
     match scheme {
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(url, settings).await?)),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Arc::new(etcd::EtcdStore::connect(url, settings).await?)),
         _ => Err(unknown_scheme(url)),
     }
 }

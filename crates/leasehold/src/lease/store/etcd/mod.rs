@@ -1,0 +1,1095 @@
+//! The etcd store: a lease is an etcd lease, kept alive by the client's watchdog, with one key per
+//! contender in a queue ordered by create revision (etcd's own mutex recipe); the fence is the
+//! etcd revision at which the holder became the owner.
+//!
+//! Promise: etcd's leader judges expiry by its lease clock, and every write (taking, handing over,
+//! releasing, expiring) is committed by a majority of members before anyone sees it, so killing a
+//! member, the leader included, loses no lease and no fence: the lease lives on (a new leader
+//! restarts every lease's TTL in full) and renewals continue through another member. The fence is
+//! an etcd revision, which only ever grows across the whole cluster; ownership passes in queue order,
+//! each owner confirmed by a transaction after the previous owner's key was gone, so each new holder's
+//! fence is strictly greater than every earlier one's. Waiters do not poll: each watches the key just
+//! ahead of it, and is woken when that key is deleted (released, revoked or expired), in FIFO order.
+//!
+//! Limit: etcd counts TTLs in whole seconds and has a minimum (one and a half election timeouts,
+//! rounded up: 2 s with etcd's defaults), so etcd keeps a lease for the TTL asked rounded up to a
+//! second, or its minimum if that is longer; the holder's own deadline still counts from the TTL
+//! asked, which is the shorter, so the holder stops first. A holder paused past its deadline
+//! still has two holders' worth of trouble: fence the resource. etcd releases from 3.4.25 and
+//! 3.5.8 on stop a leader cut off from its peers from renewing leases; an older one may
+//! acknowledge a renewal of a lease the new leader then expires (the deadline does not cover that).
+//!
+//! Layout: `keys` (the key layout, the glob of `list`), `connect` (URL, TLS, credentials, telling
+//! "down" from "not etcd"), `keepalive` (the one keep-alive stream of a client).
+
+mod connect;
+mod keepalive;
+mod keys;
+mod members;
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, GetResponse, KeyValue, LeaseGrantOptions, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    WatchStream,
+};
+use tokio::time::Instant;
+
+use self::keepalive::KeepAlives;
+use self::keys::EtcdKeys;
+use self::members::Members;
+use super::{
+    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
+};
+use crate::error::{Error, Phase, Result};
+use crate::fence::Fence;
+
+/// Most names read in one transaction by `inspect` (two reads each; etcd allows 128 operations per
+/// transaction by default).
+const INSPECT_CHUNK: usize = 60;
+
+/// Keys read per page by `list`.
+const LIST_PAGE: i64 = 1_000;
+
+/// Leases in an etcd cluster. Cheap to clone (clones share the connections).
+#[derive(Clone)]
+pub(crate) struct EtcdStore {
+    /// The members, one channel each, and the one requests go to now.
+    members: Arc<Members>,
+    /// The one keep-alive stream of this client.
+    keepalives: Arc<KeepAlives>,
+    /// Keys are `<prefix>/{<name>}` and `<prefix>/{<name>}/<token>`.
+    prefix: Arc<str>,
+    /// Requests sent (a batch of keep-alives is one).
+    round_trips: Arc<AtomicU64>,
+    /// Bound on one request's reply.
+    response_timeout: Duration,
+    /// Bound on opening a connection.
+    connect_timeout: Duration,
+    /// The URL without its password.
+    location: Arc<str>,
+    /// Contenders of this client waiting in a queue, by token: what a later ask needs (their key's
+    /// create revision) and what `abandon` must undo.
+    queued: Arc<Mutex<HashMap<String, Queued>>>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("url", &self.location)
+            .field("prefix", &self.prefix)
+            .field("round_trips", &self.round_trips.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A contender of this client with a key in a queue.
+#[derive(Debug, Clone)]
+struct Queued {
+    /// Its key, `<prefix>/{<name>}/<token>`.
+    key: String,
+    /// Its etcd lease.
+    lease: i64,
+    /// Its key's create revision: its place in the queue.
+    rev: i64,
+    /// The TTL etcd gave its lease, in seconds: how often it must be kept alive while waiting.
+    granted_ttl: i64,
+    /// When it was last asked about; entries of callers that vanished are swept after a while.
+    touched: Instant,
+    /// The key just ahead of it and the revision it was seen at, when the last request learnt it:
+    /// the next wait can watch it at once instead of asking again.
+    ahead: Option<(Vec<u8>, i64)>,
+}
+
+/// Where a queued contender stands.
+enum Check {
+    /// First in the queue: the transaction that found it so recorded the fence, its revision.
+    Owner { fence: i64 },
+    /// Behind `ahead` (the key just before it), as of revision `rev`.
+    Behind { ahead: Option<Vec<u8>>, rev: i64 },
+    /// Its key is gone (its lease expired while it waited, or was revoked).
+    Gone,
+}
+
+/// What asking a queued contender's turn ended with.
+enum Asked {
+    Taken(Grant),
+    Behind { ahead: Option<Vec<u8>>, rev: i64 },
+    Gone,
+}
+
+/// The etcd lease id of a holder's token: its last 63 bits (never 0, which asks etcd to choose).
+/// Deriving it means renew, release and abandon need nothing but the token, also after an answer
+/// was lost: a retried or abandoned acquire finds the lease an earlier attempt may have granted.
+fn lease_id(token: &str) -> i64 {
+    let tail = token.get(token.len().saturating_sub(16)..).unwrap_or("");
+    let bits = u64::from_str_radix(tail, 16).unwrap_or(0) & (i64::MAX as u64);
+    i64::try_from(bits).unwrap_or(i64::MAX).max(1)
+}
+
+/// etcd's TTL for a lease of `ttl`: whole seconds, rounded up, at least 1 (etcd raises it further to
+/// its minimum). Never shorter than `ttl`, so etcd never expires a lease before its holder's
+/// deadline.
+fn etcd_ttl(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis().div_ceil(1000))
+        .unwrap_or(i64::MAX)
+        .max(1)
+}
+
+/// The key after every key that starts with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+fn grpc_says(e: &etcd_client::Error, what: &str) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains(what))
+}
+
+fn is_lease_not_found(e: &etcd_client::Error) -> bool {
+    grpc_says(e, "requested lease not found")
+}
+
+/// A reply without what etcd always sends.
+fn bad_reply(what: &str) -> Error {
+    Error::Etcd {
+        phase: Phase::Inspect,
+        source: etcd_client::Error::Internal(format!("etcd sent a reply without {what}")),
+    }
+}
+
+fn revision_of(resp: &TxnResponse, phase: Phase) -> Result<i64> {
+    resp.header()
+        .map(|h| h.revision())
+        .ok_or_else(|| match bad_reply("a header") {
+            Error::Etcd { source, .. } => Error::Etcd { phase, source },
+            other => other,
+        })
+}
+
+/// The key-values of the `i`-th read of a transaction.
+fn kvs_of(ops: &[TxnOpResponse], i: usize) -> &[KeyValue] {
+    match ops.get(i) {
+        Some(TxnOpResponse::Get(g)) => g.kvs(),
+        _ => &[],
+    }
+}
+
+/// The message of an etcd error, without the gRPC metadata the driver's own message carries, with
+/// the causes a transport error hides in its source chain.
+pub(crate) fn describe(e: &etcd_client::Error) -> String {
+    let mut out = match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            format!("{} (gRPC status {:?})", s.message(), s.code())
+        }
+        other => other.to_string(),
+    };
+    let mut source = std::error::Error::source(e);
+    if let etcd_client::Error::GRpcStatus(s) = e {
+        source = std::error::Error::source(s);
+    }
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !out.contains(&s_text) {
+            out.push_str(": ");
+            out.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// Whether another attempt may not meet this failure: a member down or cut off, a leader election,
+/// a stream that broke, a request that timed out inside etcd.
+pub(crate) fn is_transient(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match e {
+        etcd_client::Error::TransportError(_)
+        | etcd_client::Error::IoError(_)
+        | etcd_client::Error::LeaseKeepAliveError(_)
+        | etcd_client::Error::WatchError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            not_etcd(e).is_none()
+                && matches!(
+                    s.code(),
+                    Code::Unavailable
+                        | Code::DeadlineExceeded
+                        | Code::Aborted
+                        | Code::Cancelled
+                        | Code::ResourceExhausted
+                        | Code::Unknown
+                )
+        }
+        _ => false,
+    }
+}
+
+/// Whether the request provably never reached a member: the connection to it could not be opened.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let text = describe(e).to_ascii_lowercase();
+    ["tcp connect error", "connection refused", "dns error"]
+        .iter()
+        .any(|s| text.contains(s))
+}
+
+/// What shows that the other end is not an etcd client port (or speaks TLS where we do not, or
+/// the reverse): the reason, or `None` when the error says nothing of the kind.
+pub(crate) fn not_etcd(e: &etcd_client::Error) -> Option<String> {
+    let text = describe(e).to_ascii_lowercase();
+    const SIGNS: &[&str] = &[
+        "h2 protocol error",
+        "http2 error",
+        "frame with invalid size",
+        "invalid http version",
+        "received http2 header with status",
+        "invalid content-type",
+        "invalidcontenttype",
+        "corrupt message",
+        "unimplemented",
+        "unknown service",
+        "wrong version number",
+        "tls handshake eof",
+    ];
+    SIGNS
+        .iter()
+        .find(|s| text.contains(**s))
+        .map(|_| describe(e))
+}
+
+impl EtcdStore {
+    /// Connects to the members the URL names (`etcd://[user:password@]host:port[,…]`, `etcds://`
+    /// for TLS) and asks the cluster once, so that a cluster without a leader, wrong credentials, or a
+    /// port that is not etcd is an error now rather than at the first acquire.
+    pub(crate) async fn connect(url: &str, settings: Settings) -> Result<Self> {
+        let target = connect::parse(url)?;
+        let location: Arc<str> = crate::url::redact(url).into();
+        let members = Arc::new(connect::members(url, &target, &settings)?);
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let store = EtcdStore {
+            keepalives: Arc::new(KeepAlives::new(members.clone(), round_trips.clone())),
+            members,
+            prefix: settings.prefix.into(),
+            round_trips,
+            response_timeout: settings.response_timeout,
+            connect_timeout: settings.connect_timeout,
+            location,
+            queued: Arc::new(Mutex::new(HashMap::new())),
+        };
+        store.probe().await?;
+        tracing::debug!(url = %store.location, prefix = %store.prefix, "etcd lease store connected");
+        Ok(store)
+    }
+
+    /// Asks every member for a count of this prefix's keys, all at once: one answer is enough to go
+    /// on (the others may be down), but a member that answers as something other than etcd is a
+    /// wrong URL even when the others are fine. Requests then start at a member that answered.
+    async fn probe(&self) -> Result<()> {
+        let start = keys::names_start(&self.prefix);
+        let options = GetOptions::new()
+            .with_range(prefix_end(start.as_bytes()))
+            .with_count_only();
+        let limit = self.limit();
+        let asks = (0..self.members.len()).map(|i| {
+            let (start, options) = (start.clone(), options.clone());
+            async move {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let ask = async {
+                    let mut client = self.members.client(i).await?;
+                    client.get(start, Some(options)).await
+                };
+                (i, tokio::time::timeout(limit, ask).await)
+            }
+        });
+        let answers = futures::future::join_all(asks).await;
+        let mut failure = None;
+        let mut answered = None;
+        for (i, answer) in answers {
+            let endpoint = self.members.endpoint(i);
+            match answer {
+                Ok(Ok(_)) => answered = answered.or(Some(i)),
+                Ok(Err(e)) => {
+                    let e = connect::connect_error(&self.location, endpoint, e);
+                    let wrong = matches!(e, Error::Invalid { .. });
+                    if wrong || failure.is_none() {
+                        failure = Some(e);
+                    }
+                    if wrong {
+                        break;
+                    }
+                }
+                Err(_) => {
+                    failure = failure.or(Some(Error::Timeout {
+                        phase: Phase::Connect,
+                        after: limit,
+                    }))
+                }
+            }
+        }
+        match (answered, failure) {
+            (_, Some(e @ Error::Invalid { .. })) => Err(e),
+            (Some(i), _) => {
+                self.members.use_member(i);
+                Ok(())
+            }
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(Error::invalid("etcd url", "it names no member")),
+        }
+    }
+
+    fn keys(&self, name: &str) -> EtcdKeys {
+        EtcdKeys::new(&self.prefix, name)
+    }
+
+    /// Overall bound of one request: a reply, and a connection opened on the way.
+    fn limit(&self) -> Duration {
+        self.response_timeout + self.connect_timeout
+    }
+
+    /// One request to the current member, counted and bounded; a failure is [`Error::Etcd`] for
+    /// `phase`. A request that provably never reached the member (the connection was refused) goes
+    /// to the next member at once; one that failed or timed out there moves later requests on to
+    /// the next member, and is not sent again (it may have been executed).
+    async fn call<T, F, Fut>(&self, phase: Phase, op: F) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let limit = self.limit();
+        let mut refused = None;
+        for _ in 0..self.members.len() {
+            let i = self.members.current();
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            let attempt = async {
+                let client = self.members.client(i).await?;
+                op(client).await
+            };
+            match tokio::time::timeout(limit, attempt).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if never_sent(&e) => {
+                    self.members.skip(i);
+                    refused = Some(e);
+                }
+                Ok(Err(e)) => {
+                    if is_transient(&e) {
+                        self.members.skip(i);
+                    }
+                    return Err(Error::Etcd { phase, source: e });
+                }
+                Err(_) => {
+                    self.members.skip(i);
+                    return Err(Error::Timeout {
+                        phase,
+                        after: limit,
+                    });
+                }
+            }
+        }
+        Err(Error::Etcd {
+            phase,
+            source: refused.unwrap_or_else(|| {
+                etcd_client::Error::InvalidArgs("the URL names no member".to_owned())
+            }),
+        })
+    }
+
+    async fn txn(&self, phase: Phase, txn: Txn) -> Result<TxnResponse> {
+        self.call(phase, |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+    }
+
+    async fn get(&self, phase: Phase, key: Vec<u8>, options: GetOptions) -> Result<GetResponse> {
+        self.call(phase, |mut c| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { c.get(key, Some(options)).await }
+        })
+        .await
+    }
+
+    async fn watch(&self, key: Vec<u8>, options: WatchOptions) -> Result<WatchStream> {
+        self.call(Phase::Wait, |mut c| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { c.watch(key, Some(options)).await }
+        })
+        .await
+    }
+
+    /// Keeps leases `ids` alive on the shared stream: per id whether etcd still had it.
+    async fn keep_alive(&self, ids: &[i64], phase: Phase) -> Result<Vec<bool>> {
+        let limit = self.limit();
+        match tokio::time::timeout(limit, self.keepalives.renew(ids)).await {
+            Ok(Ok(alive)) => Ok(alive),
+            Ok(Err(source)) => Err(Error::Etcd { phase, source }),
+            Err(_) => {
+                // The stream may be stuck on a member that stopped answering: open another.
+                self.keepalives.reset().await;
+                Err(Error::Timeout {
+                    phase,
+                    after: limit,
+                })
+            }
+        }
+    }
+
+    /// Grants the etcd lease of `token`; returns the instant before the grant was sent (etcd starts
+    /// the TTL after it) and the TTL etcd set, in seconds.
+    async fn grant(&self, token: &str, ttl: Duration) -> Result<(Instant, i64)> {
+        let id = lease_id(token);
+        let mut retried = false;
+        loop {
+            let since = Instant::now();
+            let options = LeaseGrantOptions::new().with_id(id);
+            match self
+                .call(Phase::Acquire, |mut c| {
+                    let options = options.clone();
+                    async move { c.lease_grant(etcd_ttl(ttl), Some(options)).await }
+                })
+                .await
+            {
+                Ok(granted) => return Ok((since, granted.ttl())),
+                Err(Error::Etcd { source, .. })
+                    if !retried && grpc_says(&source, "lease already exists") =>
+                {
+                    // An earlier attempt of this acquire granted it and its answer was lost: start
+                    // afresh, so that the TTL counts from this attempt.
+                    retried = true;
+                    self.revoke(id, Phase::Acquire).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Revokes lease `id`, which deletes the key attached to it: `true` when etcd had it.
+    async fn revoke(&self, id: i64, phase: Phase) -> Result<bool> {
+        match self
+            .call(phase, |mut c| async move { c.lease_revoke(id).await })
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(Error::Etcd { source, .. }) if is_lease_not_found(&source) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Revokes a lease that holds nothing, from a task of its own (nobody waits for the answer; if
+    /// it fails, etcd expires the lease after its TTL).
+    fn revoke_in_background(&self, id: i64) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.revoke(id, Phase::Acquire).await {
+                tracing::debug!(error = %e, "revoking an unused etcd lease failed; it expires after its TTL");
+            }
+        });
+    }
+
+    fn queued(&self, token: &str) -> Option<Queued> {
+        self.queued
+            .lock()
+            .expect("queue registry lock")
+            .get(token)
+            .cloned()
+    }
+
+    fn forget_queued(&self, token: &str) {
+        self.queued
+            .lock()
+            .expect("queue registry lock")
+            .remove(token);
+    }
+
+    fn remember_queued(&self, token: &str, q: Queued) {
+        let mut map = self.queued.lock().expect("queue registry lock");
+        if map.len() >= 256 {
+            // Callers that vanished without abandoning (their task was dropped while retrying):
+            // their keys expired long ago.
+            let now = Instant::now();
+            map.retain(|_, q| {
+                now.saturating_duration_since(q.touched)
+                    < Duration::from_secs(q.granted_ttl.unsigned_abs() * 10 + 60)
+            });
+        }
+        map.insert(token.to_owned(), q);
+    }
+
+    /// Where the queued contender `q` stands; when it is first, the same transaction records the
+    /// fence (the record's mod revision), so that the owner's fence is the revision at which it
+    /// was seen to be first.
+    async fn check_turn(
+        &self,
+        keys: &EtcdKeys,
+        q: &Queued,
+        token: &str,
+        phase: Phase,
+    ) -> Result<Check> {
+        let ahead = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(q.rev - 1)
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1)
+            .with_keys_only();
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(q.key.clone(), CompareOp::Equal, q.rev),
+                // Every key of the queue was created at or after ours: none is ahead.
+                Compare::create_revision(keys.queue.clone(), CompareOp::Greater, q.rev - 1)
+                    .with_prefix(),
+            ])
+            .and_then([TxnOp::put(keys.record.clone(), token, None)])
+            .or_else([
+                TxnOp::get(q.key.clone(), Some(GetOptions::new().with_keys_only())),
+                TxnOp::get(keys.queue.clone(), Some(ahead)),
+            ]);
+        let resp = self.txn(phase, txn).await?;
+        let rev = revision_of(&resp, phase)?;
+        if resp.succeeded() {
+            return Ok(Check::Owner { fence: rev });
+        }
+        let ops = resp.op_responses();
+        let ours = kvs_of(&ops, 0)
+            .first()
+            .is_some_and(|kv| kv.create_revision() == q.rev);
+        if !ours {
+            return Ok(Check::Gone);
+        }
+        Ok(Check::Behind {
+            ahead: kvs_of(&ops, 1).first().map(|kv| kv.key().to_vec()),
+            rev,
+        })
+    }
+
+    /// Asks whether queued contender `q` is first, keeping its lease alive in the same breath: the
+    /// lease is then the holder's with a TTL started no earlier than this call.
+    async fn ask_turn(
+        &self,
+        keys: &EtcdKeys,
+        q: &Queued,
+        req: &Request<'_>,
+        phase: Phase,
+    ) -> Result<Asked> {
+        let since = Instant::now();
+        let ids = [q.lease];
+        let (check, alive) = tokio::join!(
+            self.check_turn(keys, q, req.token, phase),
+            self.keep_alive(&ids, phase)
+        );
+        let alive = alive?.first().copied().unwrap_or(false);
+        match check? {
+            Check::Gone => {
+                self.forget_queued(req.token);
+                if alive {
+                    // Its key was deleted under it (by hand): let the lease go too.
+                    self.revoke(q.lease, phase).await?;
+                }
+                Ok(Asked::Gone)
+            }
+            _ if !alive => {
+                self.forget_queued(req.token);
+                Ok(Asked::Gone)
+            }
+            Check::Owner { fence } => {
+                self.forget_queued(req.token);
+                Ok(Asked::Taken(Grant {
+                    fence: Fence::new(u64::try_from(fence).unwrap_or(0)),
+                    since,
+                    ttl: req.opts.ttl,
+                    wakes_next: false,
+                }))
+            }
+            Check::Behind { ahead, rev } => {
+                if let Some(entry) = self
+                    .queued
+                    .lock()
+                    .expect("queue registry lock")
+                    .get_mut(req.token)
+                {
+                    entry.touched = Instant::now();
+                    entry.ahead = ahead.clone().map(|key| (key, rev));
+                }
+                Ok(Asked::Behind { ahead, rev })
+            }
+        }
+    }
+
+    /// Waits until `ahead` (seen at revision `rev`) is deleted, or `end` passes, keeping `q`'s lease
+    /// alive meanwhile. `Ok(true)`: deleted (or the watch was cut short: look again); `Ok(false)`:
+    /// `end` passed or `q`'s lease is gone.
+    ///
+    /// The watch starts at the present, not at `rev + 1`: etcd serves a watch that starts in the past
+    /// from a catch-up loop that runs every 100 ms, which would delay a hand-off by up to that much.
+    /// So it watches first and then, if the store moved since `rev`, reads whether `ahead` is still
+    /// there: a deletion before the watch began is seen by the read, one after it by the watch.
+    async fn watch_deletion(
+        &self,
+        ahead: Vec<u8>,
+        rev: i64,
+        q: &Queued,
+        end: Instant,
+    ) -> Result<bool> {
+        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let mut stream = self.watch(ahead.clone(), options).await?;
+        let ended = || Error::Etcd {
+            phase: Phase::Wait,
+            source: etcd_client::Error::WatchError("etcd ended the watch".to_owned()),
+        };
+        let created = match tokio::time::timeout(self.limit(), stream.message()).await {
+            Ok(Ok(Some(created))) => created,
+            Ok(Ok(None)) => return Err(ended()),
+            Ok(Err(source)) => {
+                return Err(Error::Etcd {
+                    phase: Phase::Wait,
+                    source,
+                })
+            }
+            Err(_) => {
+                return Err(Error::Timeout {
+                    phase: Phase::Wait,
+                    after: self.limit(),
+                })
+            }
+        };
+        if created.canceled() || !created.events().is_empty() {
+            return Ok(true);
+        }
+        if created.header().is_none_or(|h| h.revision() != rev) {
+            let still = self
+                .get(Phase::Wait, ahead, GetOptions::new().with_count_only())
+                .await?;
+            if still.count() == 0 {
+                return Ok(true);
+            }
+        }
+        let every =
+            Duration::from_millis(u64::try_from(q.granted_ttl.max(1)).unwrap_or(1) * 1000 / 3);
+        let mut next_keepalive = Instant::now() + every;
+        loop {
+            tokio::select! {
+                msg = stream.message() => {
+                    let msg = msg.map_err(|source| Error::Etcd { phase: Phase::Wait, source })?;
+                    let Some(resp) = msg else {
+                        return Err(ended());
+                    };
+                    if resp.canceled() || !resp.events().is_empty() {
+                        return Ok(true);
+                    }
+                }
+                _ = tokio::time::sleep_until(next_keepalive) => {
+                    let alive = self.keep_alive(&[q.lease], Phase::Wait).await?;
+                    if !alive.first().copied().unwrap_or(false) {
+                        return Ok(false);
+                    }
+                    next_keepalive = Instant::now() + every;
+                }
+                _ = tokio::time::sleep_until(end) => return Ok(false),
+            }
+        }
+    }
+
+    /// The owner of `keys` (the contender with the lowest create revision) and the revision read at.
+    async fn owner(&self, keys: &EtcdKeys, phase: Phase) -> Result<(Option<KeyValue>, i64)> {
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1)
+            .with_keys_only();
+        let mut resp = self
+            .get(phase, keys.queue.clone().into_bytes(), first)
+            .await?;
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        Ok((resp.take_kvs().into_iter().next(), rev))
+    }
+
+    async fn inspect_names(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
+        let mut out = Vec::with_capacity(names.len());
+        for chunk in names.chunks(INSPECT_CHUNK) {
+            let mut ops = Vec::with_capacity(chunk.len() * 2);
+            for name in chunk {
+                let k = self.keys(name);
+                let first = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend)
+                    .with_limit(1)
+                    .with_keys_only();
+                ops.push(TxnOp::get(
+                    k.record,
+                    Some(GetOptions::new().with_keys_only()),
+                ));
+                ops.push(TxnOp::get(k.queue, Some(first)));
+            }
+            let resp = self.txn(Phase::Inspect, Txn::new().and_then(ops)).await?;
+            let replies = resp.op_responses();
+            let mut owners = Vec::new();
+            for (i, name) in chunk.iter().enumerate() {
+                let record = kvs_of(&replies, 2 * i).first();
+                let owner = kvs_of(&replies, 2 * i + 1).first();
+                owners.push(owner.map(|kv| kv.lease()).unwrap_or(0));
+                out.push(LeaseInfo {
+                    name: (*name).to_owned(),
+                    key: self.keys(name).queue,
+                    held: owner.is_some(),
+                    ttl_ms: None,
+                    fence: record
+                        .and_then(|kv| u64::try_from(kv.mod_revision()).ok())
+                        .map(Fence::new),
+                });
+            }
+            let first = out.len() - chunk.len();
+            let ttls = futures::future::join_all(owners.iter().map(|&lease| async move {
+                if lease == 0 {
+                    return Ok(None);
+                }
+                let r = self
+                    .call(Phase::Inspect, |mut c| async move {
+                        c.lease_time_to_live(lease, None).await
+                    })
+                    .await?;
+                // Whole seconds, rounded down by etcd; -1 once expired.
+                Ok::<_, Error>(u64::try_from(r.ttl()).ok().map(|s| s * 1000))
+            }))
+            .await;
+            for (info, ttl) in out[first..].iter_mut().zip(ttls) {
+                info.ttl_ms = ttl?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Etcd
+    }
+
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    fn queues_waiters(&self) -> bool {
+        true
+    }
+
+    fn key_of(&self, name: &str) -> String {
+        self.keys(name).queue
+    }
+
+    /// Two round trips for a new contender (grant the etcd lease; one transaction that takes the
+    /// name if nobody is queued, else queues the caller when it will wait); one (with a keep-alive
+    /// alongside) for a queued contender asking again.
+    async fn acquire(&self, req: &Request<'_>) -> Result<Attempt> {
+        if req.opts.replicas.is_some() {
+            return Err(Error::invalid(
+                "replica wait",
+                "etcd commits every write on a majority of members before it answers, so there is \
+                 no replica to wait for; remove wait_for_replicas for an etcd store",
+            ));
+        }
+        let keys = self.keys(req.name);
+        if let Some(q) = self.queued(req.token) {
+            match self.ask_turn(&keys, &q, req, Phase::Acquire).await? {
+                Asked::Taken(grant) => return Ok(Attempt::Taken(grant)),
+                Asked::Behind { .. } => return Ok(Attempt::Busy { remaining: None }),
+                // Its lease expired while it was away: it queues again, at the back.
+                Asked::Gone => {}
+            }
+        }
+        let (since, granted_ttl) = self.grant(req.token, req.opts.ttl).await?;
+        let lease = lease_id(req.token);
+        let mine = keys.contender(req.token);
+        let enqueue = !req.wait.is_zero();
+        let take = Txn::new()
+            .when([Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix()])
+            .and_then([
+                TxnOp::put(mine.clone(), "", Some(PutOptions::new().with_lease(lease))),
+                TxnOp::put(keys.record.clone(), req.token, None),
+            ]);
+        let take = if enqueue {
+            // Queue at the back, and read the two newest keys: ours, and the one just ahead.
+            let newest = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(2)
+                .with_keys_only();
+            take.or_else([
+                TxnOp::put(
+                    mine.clone(),
+                    "",
+                    Some(PutOptions::new().with_lease(lease).with_prev_key()),
+                ),
+                TxnOp::get(keys.queue.clone(), Some(newest)),
+            ])
+        } else {
+            take
+        };
+        let resp = match self.txn(Phase::Acquire, take).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                // The transaction may have been applied: revoking the lease deletes a key it put.
+                if let Err(again) = self.revoke(lease, Phase::Acquire).await {
+                    tracing::debug!(error = %again, "revoking after a failed acquire failed; the lease expires after its TTL");
+                }
+                return Err(e);
+            }
+        };
+        let rev = revision_of(&resp, Phase::Acquire)?;
+        if resp.succeeded() {
+            return Ok(Attempt::Taken(Grant {
+                fence: Fence::new(u64::try_from(rev).unwrap_or(0)),
+                since,
+                ttl: req.opts.ttl,
+                wakes_next: false,
+            }));
+        }
+        if !enqueue {
+            // Busy, and nothing was put: the lease holds nothing.
+            self.revoke_in_background(lease);
+            return Ok(Attempt::Busy { remaining: None });
+        }
+        let replies = resp.op_responses();
+        let existed = match replies.first() {
+            Some(TxnOpResponse::Put(p)) => p.prev_key().map(|kv| kv.create_revision()),
+            _ => None,
+        };
+        let created = existed.unwrap_or(rev);
+        // Known only when our key is the one just created (the newest); a key put again by a
+        // retried attempt keeps its place, and the wait then asks.
+        let ahead = match kvs_of(&replies, 1) {
+            [newest, before, ..] if existed.is_none() && newest.key() == mine.as_bytes() => {
+                Some((before.key().to_vec(), rev))
+            }
+            _ => None,
+        };
+        self.remember_queued(
+            req.token,
+            Queued {
+                key: mine,
+                lease,
+                rev: created,
+                granted_ttl,
+                touched: Instant::now(),
+                ahead,
+            },
+        );
+        Ok(Attempt::Busy { remaining: None })
+    }
+
+    /// Watches the key just ahead in the queue for its deletion (no polling), looks again, and so on
+    /// until this contender is first (then it is the holder) or `block` passes; keeps the
+    /// contender's lease alive all the while.
+    async fn wait_turn(&self, req: &Request<'_>, block: Duration) -> Result<Turn> {
+        let Some(q) = self.queued(req.token) else {
+            return Ok(Turn::AskAgain);
+        };
+        // Right after queueing or asking, the key ahead is known: watch it without asking again.
+        let mut known = self
+            .queued
+            .lock()
+            .expect("queue registry lock")
+            .get_mut(req.token)
+            .and_then(|entry| entry.ahead.take());
+        let keys = self.keys(req.name);
+        let end = Instant::now() + block;
+        loop {
+            let (ahead, rev) = match known.take().map(|(key, rev)| (Some(key), rev)) {
+                Some(known) => known,
+                None => match self.ask_turn(&keys, &q, req, Phase::Wait).await? {
+                    Asked::Taken(grant) => return Ok(Turn::Taken(grant)),
+                    Asked::Gone => return Ok(Turn::AskAgain),
+                    Asked::Behind { ahead, rev } => (ahead, rev),
+                },
+            };
+            if Instant::now() >= end {
+                return Ok(Turn::AskAgain);
+            }
+            let moved = match ahead {
+                Some(ahead) => self.watch_deletion(ahead, rev, &q, end).await?,
+                // Not first, yet nothing ahead: the queue changed between the two reads of one
+                // transaction, which etcd rules out; look again after a breath rather than spin.
+                None => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    true
+                }
+            };
+            if !moved {
+                return Ok(Turn::AskAgain);
+            }
+        }
+    }
+
+    /// Revokes the contender's lease: its key goes, the contender behind it is woken, and if it
+    /// had just become the holder, the next one takes over.
+    async fn abandon(&self, req: &Request<'_>) -> Result<()> {
+        self.forget_queued(req.token);
+        self.revoke(lease_id(req.token), Phase::Release)
+            .await
+            .map(drop)
+    }
+
+    /// One keep-alive per lease on the shared stream, one round trip for the batch.
+    async fn renew(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
+        let ids: Vec<i64> = held.iter().map(|h| lease_id(h.token)).collect();
+        let alive = self.keep_alive(&ids, Phase::Renew).await?;
+        Ok(alive.into_iter().map(Ok).collect())
+    }
+
+    /// Revokes each holder's lease (which deletes its key and wakes the contender behind it), all
+    /// at once.
+    async fn release(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
+        let results = futures::future::join_all(
+            held.iter()
+                .map(|h| self.revoke(lease_id(h.token), Phase::Release)),
+        )
+        .await;
+        if !results.is_empty() && results.iter().all(|r| r.is_err()) {
+            if let Some(Err(e)) = results.into_iter().next() {
+                return Err(e);
+            }
+            return Ok(Vec::new());
+        }
+        Ok(results)
+    }
+
+    /// Revokes the owner's lease (its key goes with it, the next contender takes over, and the
+    /// evicted holder's next renewal hears "not found"), then advances the fence record unless a new
+    /// holder already wrote it. Any later holder's fence is a later revision, so above the evicted
+    /// holder's.
+    async fn force_release(&self, name: &str) -> Result<ForcedRelease> {
+        let keys = self.keys(name);
+        let (owner, read_at) = self.owner(&keys, Phase::Release).await?;
+        let mut evicted = false;
+        let mut after = read_at;
+        if let Some(kv) = owner {
+            if kv.lease() != 0 {
+                let lease = kv.lease();
+                match self
+                    .call(Phase::Release, |mut c| async move {
+                        c.lease_revoke(lease).await
+                    })
+                    .await
+                {
+                    Ok(r) => {
+                        evicted = true;
+                        after = r.header().map(|h| h.revision()).unwrap_or(read_at);
+                    }
+                    Err(Error::Etcd { source, .. }) if is_lease_not_found(&source) => {}
+                    Err(e) => return Err(e),
+                }
+            } else {
+                // A key without a lease was not put by leasehold; delete it all the same.
+                let txn = Txn::new()
+                    .when([Compare::create_revision(
+                        kv.key().to_vec(),
+                        CompareOp::Equal,
+                        kv.create_revision(),
+                    )])
+                    .and_then([TxnOp::delete(kv.key().to_vec(), None)]);
+                let resp = self.txn(Phase::Release, txn).await?;
+                evicted = resp.succeeded();
+                after = revision_of(&resp, Phase::Release)?;
+            }
+        }
+        let advance = Txn::new()
+            .when([Compare::mod_revision(
+                keys.record.clone(),
+                CompareOp::Less,
+                after + 1,
+            )])
+            .and_then([TxnOp::put(keys.record.clone(), "forced", None)]);
+        let resp = self.txn(Phase::Release, advance).await?;
+        let fence = if resp.succeeded() {
+            revision_of(&resp, Phase::Release)?
+        } else {
+            after
+        };
+        Ok(ForcedRelease {
+            evicted,
+            fence: Fence::new(u64::try_from(fence).unwrap_or(0)),
+        })
+    }
+
+    async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
+        self.inspect_names(names).await
+    }
+
+    /// Reads the keys under the prefix in pages (keys only), then inspects the names that match.
+    async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
+        let start = keys::names_start(&self.prefix);
+        let end = prefix_end(start.as_bytes());
+        let mut names = BTreeSet::new();
+        let mut from = start.as_bytes().to_vec();
+        loop {
+            let page = GetOptions::new()
+                .with_range(end.clone())
+                .with_keys_only()
+                .with_limit(LIST_PAGE);
+            let resp = self.get(Phase::Inspect, from.clone(), page).await?;
+            for kv in resp.kvs() {
+                let Ok(key) = kv.key_str() else { continue };
+                if let Some(name) = keys::name_of(&start, key) {
+                    if crate::lease::names::validate_name(name).is_ok()
+                        && keys::glob_match(pattern, name)
+                    {
+                        names.insert(name.to_owned());
+                    }
+                }
+            }
+            match resp.kvs().last() {
+                Some(last) if resp.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.inspect_names(&names).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ids_come_from_the_token_and_are_positive() {
+        let a = lease_id("0123456789abcdef0123456789abcdef");
+        assert_eq!(a, 0x0123456789abcdef_i64);
+        assert_eq!(lease_id(&"f".repeat(32)), i64::MAX);
+        assert_eq!(lease_id(&"0".repeat(32)), 1);
+        assert_ne!(a, lease_id("0123456789abcdef0123456789abcdee"));
+    }
+
+    #[test]
+    fn etcd_ttls_round_up_to_whole_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(etcd_ttl(ms(10)), 1);
+        assert_eq!(etcd_ttl(ms(1_000)), 1);
+        assert_eq!(etcd_ttl(ms(1_001)), 2);
+        assert_eq!(etcd_ttl(ms(30_000)), 30);
+    }
+
+    #[test]
+    fn prefix_ends_bound_the_range() {
+        assert_eq!(prefix_end(b"a/{"), b"a/|");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), [0]);
+    }
+}

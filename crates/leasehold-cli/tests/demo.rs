@@ -15,9 +15,9 @@ fn demo_runs_every_scene_and_each_shows_its_claim() {
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    for n in 1..=5 {
+    for n in 1..=6 {
         assert!(
-            out.contains(&format!("Scene {n}/5.")),
+            out.contains(&format!("Scene {n}/6.")),
             "scene {n} missing:\n{out}"
         );
         assert!(
@@ -33,7 +33,8 @@ fn demo_runs_every_scene_and_each_shows_its_claim() {
         "SIGCONT",
         "REFUSED: stale fence",
         "UNIQUE",
-        "5/5 scenes",
+        "+switch-master",
+        "6/6 scenes",
     ] {
         assert!(out.contains(must), "{must:?} missing:\n{out}");
     }

@@ -43,17 +43,31 @@ pub fn redact(url: &str) -> String {
 
 /// Where the userinfo ends (the index of its `@` in `rest`): the last `@` that is followed by
 /// something shaped like a host list. An `@` inside a query value (`?user=a@b`) is not followed by a
-/// host, so it is not taken for the end of a userinfo.
-fn userinfo_end(rest: &str) -> Option<usize> {
-    rest.match_indices('@').map(|(i, _)| i).rev().find(|&at| {
+/// host, so it is not taken for the end of a userinfo. Failing that, an `@` with no host after it and
+/// no path or query before it (`scheme://:pw@`, a URL missing its host) still ends a userinfo, so
+/// that the password of a malformed URL is hidden too.
+pub(crate) fn userinfo_end(rest: &str) -> Option<usize> {
+    let hosts_after = |at: usize| {
         let after = &rest[at + 1..];
-        let hosts = &after[..after.find(['/', '?', '#']).unwrap_or(after.len())];
-        !hosts.is_empty()
-            && hosts.chars().all(|c| {
-                c.is_ascii_alphanumeric()
-                    || matches!(c, '.' | '-' | '_' | ':' | ',' | '[' | ']' | '%')
-            })
-    })
+        &after[..after.find(['/', '?', '#']).unwrap_or(after.len())]
+    };
+    rest.match_indices('@')
+        .map(|(i, _)| i)
+        .rev()
+        .find(|&at| {
+            let hosts = hosts_after(at);
+            !hosts.is_empty()
+                && hosts.chars().all(|c| {
+                    c.is_ascii_alphanumeric()
+                        || matches!(c, '.' | '-' | '_' | ':' | ',' | '[' | ']' | '%')
+                })
+        })
+        .or_else(|| {
+            rest.match_indices('@')
+                .map(|(i, _)| i)
+                .rev()
+                .find(|&at| hosts_after(at).is_empty() && !rest[..at].contains(['/', '?']))
+        })
 }
 
 /// Replaces the values of secret-carrying query parameters.
@@ -119,6 +133,8 @@ mod tests {
                 "etcd://u:***@10.0.0.1:2379,10.0.0.2:2379",
             ),
             ("sqlite:/tmp/a.db", "sqlite:/tmp/a.db"),
+            ("redis-cluster://:pw@", "redis-cluster://:***@"),
+            ("redis-sentinel://u:pw@#m", "redis-sentinel://u:***@#m"),
             ("not a url", "not a url"),
         ];
         for (given, shown) in cases {

@@ -3,7 +3,7 @@
 //! server) have their own test files.
 //!
 //! To add a store: give [`Env`] a constructor for it and add one line to the `stores!` call at the
-//! bottom.
+//! bottom. Redis runs three times: one server, a primary found through Sentinel, and a Cluster.
 
 mod lease_support;
 
@@ -33,7 +33,52 @@ fn unique_prefix(store: &str) -> String {
     )
 }
 
+/// One topology shared by the tests that run at the same time (each test has its own key prefix,
+/// and none of these tests injects faults), started again once the last of them is done, so that no
+/// process outlives the test binary.
+fn shared<T: Send + Sync + 'static>(
+    slot: &'static std::sync::Mutex<std::sync::Weak<T>>,
+    start: impl FnOnce() -> T,
+) -> Arc<T> {
+    let mut weak = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = weak.upgrade() {
+        return t;
+    }
+    let t = Arc::new(tokio::task::block_in_place(start));
+    *weak = Arc::downgrade(&t);
+    t
+}
+
+static SENTINELS: std::sync::Mutex<std::sync::Weak<leasehold_testkit::SentinelSet>> =
+    std::sync::Mutex::new(std::sync::Weak::new());
+static CLUSTERS: std::sync::Mutex<std::sync::Weak<leasehold_testkit::RedisCluster>> =
+    std::sync::Mutex::new(std::sync::Weak::new());
+
 impl Env {
+    /// A primary, a replica and three sentinels; the client finds the primary through them.
+    async fn sentinel() -> Env {
+        let set = shared(&SENTINELS, || {
+            leasehold_testkit::SentinelSet::start().expect("start a sentinel set")
+        });
+        Env {
+            url: set.sentinel_url(),
+            prefix: unique_prefix("sentinel"),
+            _servers: Box::new(set),
+        }
+    }
+
+    /// A Redis Cluster of three masters and three replicas.
+    async fn cluster() -> Env {
+        let cluster = shared(&CLUSTERS, || {
+            leasehold_testkit::RedisCluster::start().expect("start a redis cluster")
+        });
+        Env {
+            url: cluster.seed_url(),
+            prefix: unique_prefix("cluster"),
+            _servers: Box::new(cluster),
+        }
+    }
+
     /// A private redis-server.
     async fn redis() -> Env {
         let srv = lease_support::server();
@@ -388,4 +433,4 @@ macro_rules! stores {
     )*};
 }
 
-stores!(redis);
+stores!(redis, sentinel, cluster);

@@ -61,7 +61,7 @@ pub(crate) async fn fenced_increment(
     Ok(Fenced::Accepted)
 }
 
-fn describe(f: &Fenced, fence: Fence) -> String {
+pub(crate) fn describe(f: &Fenced, fence: Fence) -> String {
     match f {
         Fenced::Accepted => format!("committed (fence {fence} >= stored fence)"),
         Fenced::Stale { current } => {

@@ -7,13 +7,15 @@
 //! often; for rates, run `leasehold verify`.
 //!
 //! Layout: [`stage`](self) (shared set-up, live timeline, worker processes), `naive` (scenes 1-3),
-//! `fenced` (scene 4), `guards` (scene 5), `resource` (the SQLite counter), `worker` (the hidden
+//! `fenced` (scene 4), `guards` (scene 5), `failover` (scene 6: a real Sentinel failover),
+//! `resource` (the SQLite counter), `worker` (the hidden
 //! `__demo-worker` process), `style` (colour or plain text).
 
 use anyhow::Context as _;
 use std::path::PathBuf;
 use tokio::time::Instant;
 
+mod failover;
 mod fenced;
 mod guards;
 mod naive;
@@ -32,8 +34,9 @@ pub struct DemoArgs {
     /// unique prefix and are deleted at the end.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
-    /// Run only this scene (1-5); repeat for several.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=5))]
+    /// Run only this scene (1-6); repeat for several. Scene 6 starts its own Sentinel set (a
+    /// primary, a replica and three sentinels), also with `--redis`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=6))]
     pub scene: Vec<u8>,
     /// The `leasehold` binary the worker processes run (default: this executable).
     #[arg(long, value_name = "PATH", hide = true)]
@@ -79,12 +82,13 @@ pub(crate) struct Outcome {
     pub(crate) redis_commands: usize,
 }
 
-const SCENES: [(u8, &str); 5] = [
+const SCENES: [(u8, &str); 6] = [
     (1, "SETNX with no TTL: a crashed holder locks the resource forever"),
     (2, "TTL + bare DEL: a slow holder deletes the next holder's lock, and there are two holders"),
     (3, "Token + compare-and-delete: the release is safe, but a paused holder still writes stale data"),
     (4, "Fencing at the resource: the same pause, and the stale write is refused"),
     (5, "No lock at all: the database refuses duplicates, overselling and illegal transitions"),
+    (6, "A real Sentinel failover loses a lease: two holders, and the fence refuses the stale one"),
 ];
 
 /// Runs `leasehold demo`; returns the process exit code (0 only when every scene showed its claim).
@@ -153,13 +157,17 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
     for n in chosen {
         let title = SCENES[usize::from(n - 1)].1;
         println!();
-        println!("{}", style.bold(&format!("Scene {n}/5. {title}")));
+        println!(
+            "{}",
+            style.bold(&format!("Scene {n}/{}. {title}", SCENES.len()))
+        );
         let outcome = match n {
             1 => naive::setnx_without_ttl(&mut st).await,
             2 => naive::ttl_and_bare_del(&mut st).await,
             3 => naive::token_lock_paused_holder(&mut st).await,
             4 => fenced::fenced_paused_holder(&mut st).await,
-            _ => guards::database_guards(&mut st).await,
+            5 => guards::database_guards(&mut st).await,
+            _ => failover::sentinel_failover_loses_a_lease(&mut st).await,
         };
         let shown = match outcome {
             Ok(o) => {

@@ -2,6 +2,11 @@
 //! redis-py's `Lock` and every other `SET NX PX` lock, so they exclude each other), released and
 //! renewed by compare-and-delete and compare-and-expire scripts.
 //!
+//! Topologies: one server (`redis://`), a primary found through Sentinel and followed across
+//! failovers (`redis-sentinel://…#master`), or a Redis Cluster (`redis-cluster://…`), where each
+//! lease's keys share one hash slot and every request goes to that slot's master. The scripts and
+//! keys are the same in all three; only where requests go differs (`conn`).
+//!
 //! Promise: one server (or primary) judges expiry by its own clock; the fence is
 //! `max(stored + 1, server time in µs)`, so it keeps increasing even when the server lost the keys
 //! (restart without persistence, failover to a replica that missed the write) as long as the new
@@ -12,11 +17,17 @@
 //!
 //! Layout: `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, each behind one
 //! function that prepares its call), `conn` (the shared connection, dedicated connections for
-//! blocking commands, round-trip counting).
+//! blocking commands on the key's node, round-trip counting), `topology` (the URL forms),
+//! `sentinel` (the primary, followed across failovers), `cluster` (slot routing, redirects,
+//! pipelines split per master), `node` (reaching one node; what the topologies share).
 
+mod cluster;
 mod conn;
 pub mod keys;
+mod node;
 mod scripts;
+mod sentinel;
+pub(crate) mod topology;
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -29,9 +40,12 @@ use redis::aio::ConnectionManagerConfig;
 use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
-use self::conn::{BlockingPool, Counted, Shared};
+use self::cluster::ClusterConn;
+use self::conn::{BlockingPool, Counted, Nodes, Route, Shared};
 use self::keys::LeaseKeys;
 use self::scripts::AcquireReply;
+use self::sentinel::SentinelConn;
+use self::topology::Topology;
 use super::{
     Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
 };
@@ -43,10 +57,12 @@ use crate::lease::{metrics, ReplicaPolicy};
 /// request and reply buffers stay small however many leases are held.
 const CHUNK: usize = 1_000;
 
-/// Leases in one Redis server or primary. Cheap to clone (clones share the connections).
+/// Leases in one Redis server, Sentinel-managed primary or Redis Cluster. Cheap to clone (clones
+/// share the connections).
 #[derive(Clone)]
 pub(crate) struct RedisStore {
-    /// The multiplexed, reconnecting connection every non-blocking request goes through.
+    /// The multiplexed, reconnecting handle every non-blocking request goes through (to the one
+    /// server, the current primary, or each key's master).
     shared: Shared,
     /// Dedicated connections for `BLPOP` (waiting) and `WAIT` (replica acknowledgements).
     blocking: Arc<BlockingPool>,
@@ -104,11 +120,87 @@ fn ms_reply(pttl_ms: i64) -> Option<Duration> {
 }
 
 impl RedisStore {
-    /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
-    /// A malformed URL is [`Error::Invalid`]; an unreachable server, missing or wrong credentials are
-    /// [`Error::Redis`] or [`Error::Timeout`] with [`Phase::Connect`] (the server is asked `PING`).
+    /// Connects to one server (`redis://user:pass@host:port/db`, `rediss://...`), a primary found
+    /// through Sentinel (`redis-sentinel://...#master`) or a Redis Cluster (`redis-cluster://...`);
+    /// see [`topology`] for the URL forms. A malformed URL, an unknown master name, or a URL of
+    /// the wrong topology for the server it reaches is [`Error::Invalid`]; an unreachable server,
+    /// missing or wrong credentials are [`Error::Redis`] or [`Error::Timeout`] with
+    /// [`Phase::Connect`] (the server is asked once).
     pub(crate) async fn connect(url: &str, settings: Settings) -> Result<Self> {
         let location = crate::url::redact(url);
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let (connect_timeout, response_timeout) =
+            (settings.connect_timeout, settings.response_timeout);
+        let topology = topology::parse(url, settings.tls_root_ca_pem.as_deref())?;
+        if url.starts_with("rediss") {
+            // rustls needs one process-wide crypto provider; an application may have installed its
+            // own already, which is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let mut first_dedicated = None;
+        let (shared, blocking) = match topology {
+            Topology::Standalone => {
+                let (shared, nodes, probe) =
+                    Self::connect_standalone(url, &location, &settings, round_trips.clone())
+                        .await?;
+                first_dedicated = Some(probe);
+                (shared, nodes)
+            }
+            Topology::Sentinel(sentinel) => {
+                let conn = SentinelConn::connect(
+                    sentinel,
+                    connect_timeout,
+                    response_timeout,
+                    round_trips.clone(),
+                )
+                .await?;
+                (Route::Sentinel(conn.clone()), Nodes::Sentinel(conn))
+            }
+            Topology::Cluster(cluster) => {
+                let conn = ClusterConn::connect(
+                    cluster,
+                    connect_timeout,
+                    response_timeout,
+                    round_trips.clone(),
+                )
+                .await?;
+                (Route::Cluster(conn.clone()), Nodes::Cluster(conn))
+            }
+        };
+        let blocking = Arc::new(BlockingPool::new(
+            blocking,
+            connect_timeout,
+            round_trips.clone(),
+        ));
+        if let Some(probe) = first_dedicated {
+            blocking.put_idle(String::new(), probe);
+        }
+        tracing::debug!(url = %location, prefix = %settings.prefix, "redis lease store connected");
+        Ok(RedisStore {
+            shared: Counted {
+                con: shared,
+                count: round_trips.clone(),
+            },
+            blocking,
+            prefix: settings.prefix.into(),
+            round_trips,
+            response_timeout,
+            connect_timeout,
+            location: location.into(),
+        })
+    }
+
+    /// One server: checks that it answers (and takes the credentials) and is neither a cluster
+    /// node nor a sentinel, then opens the reconnecting shared connection. The connection that
+    /// asked serves as the first dedicated (blocking) connection.
+    async fn connect_standalone(
+        url: &str,
+        location: &str,
+        settings: &Settings,
+        round_trips: Arc<AtomicU64>,
+    ) -> Result<(Route, Nodes, redis::aio::MultiplexedConnection)> {
+        let (connect_timeout, response_timeout) =
+            (settings.connect_timeout, settings.response_timeout);
         let tls = url.starts_with("rediss://");
         let client = redis::Client::open(url).map_err(|e| {
             Error::invalid(
@@ -119,12 +211,7 @@ impl RedisStore {
                 ),
             )
         })?;
-        if tls {
-            // rustls needs one process-wide crypto provider; an application may have installed its
-            // own already, which is fine.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = match settings.tls_root_ca_pem {
+        let client = match &settings.tls_root_ca_pem {
             None => client,
             Some(pem) => {
                 if !tls {
@@ -139,7 +226,7 @@ impl RedisStore {
                     url,
                     redis::TlsCertificates {
                         client_tls: None,
-                        root_cert: Some(pem),
+                        root_cert: Some(pem.clone()),
                     },
                 )
                 .map_err(|e| {
@@ -150,12 +237,8 @@ impl RedisStore {
                 })?
             }
         };
-        let round_trips = Arc::new(AtomicU64::new(0));
-        let (connect_timeout, response_timeout) =
-            (settings.connect_timeout, settings.response_timeout);
 
-        // Fail fast and clearly on an unreachable server or bad credentials; the connection then
-        // serves as the first dedicated (blocking) connection.
+        // Fail fast and clearly on an unreachable server or bad credentials.
         let probe_config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(None);
@@ -167,14 +250,34 @@ impl RedisStore {
         .await?;
         round_trips.fetch_add(1, Ordering::Relaxed);
         // A server that requires AUTH accepts the connection and refuses commands: ask once, so that
-        // missing or wrong credentials are a connect error, not a surprise on the first acquire.
-        within(
+        // missing or wrong credentials are a connect error, not a surprise on the first acquire. The
+        // same question says whether it is a cluster node or a sentinel, which this URL cannot use.
+        let mode = within(
             Phase::Connect,
             response_timeout,
-            redis::cmd("PING").query_async::<()>(&mut probe),
+            node::redis_mode(&mut probe),
         )
         .await?;
         round_trips.fetch_add(1, Ordering::Relaxed);
+        match mode.as_deref() {
+            Some("cluster") => {
+                return Err(Error::invalid(
+                    "store url",
+                    format!(
+                        "`{location}` is a Redis Cluster node; use redis-cluster://host:port[,host:port...] so that each lease goes to the master of its slot"
+                    ),
+                ))
+            }
+            Some("sentinel") => {
+                return Err(Error::invalid(
+                    "store url",
+                    format!(
+                        "`{location}` is a sentinel, not a data node; use redis-sentinel://host[:port][,host[:port]...]#<master name>"
+                    ),
+                ))
+            }
+            _ => {}
+        }
 
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(response_timeout))
@@ -189,30 +292,11 @@ impl RedisStore {
         )
         .await?;
         round_trips.fetch_add(1, Ordering::Relaxed);
-
-        let shared = Counted {
-            con: manager,
-            count: round_trips.clone(),
-        };
-        let blocking = Arc::new(BlockingPool::new(
-            client,
-            connect_timeout,
-            round_trips.clone(),
-        ));
-        blocking.put(Counted {
-            con: probe,
-            count: round_trips.clone(),
-        });
-        tracing::debug!(url = %location, prefix = %settings.prefix, "redis lease store connected");
-        Ok(RedisStore {
-            shared,
-            blocking,
-            prefix: settings.prefix.into(),
-            round_trips,
-            response_timeout,
-            connect_timeout,
-            location: location.into(),
-        })
+        Ok((
+            Route::Standalone(manager),
+            Nodes::Standalone { client },
+            probe,
+        ))
     }
 
     fn keys(&self, name: &str) -> LeaseKeys {
@@ -272,7 +356,7 @@ impl RedisStore {
         let sent_at = Instant::now();
         let mut con = self
             .blocking
-            .get()
+            .get_for(&keys.lock)
             .await
             .map_err(Error::redis(Phase::Acquire))?;
         let inv = scripts::acquire(&keys, req.token, req.opts.ttl, req.wait);
@@ -461,7 +545,7 @@ impl Store for RedisStore {
         let wake = self.keys(req.name).wake;
         let mut con = self
             .blocking
-            .get()
+            .get_for(&wake)
             .await
             .map_err(Error::redis(Phase::Wait))?;
         let secs = format!("{:.3}", block.as_secs_f64().max(0.001)); // never "0": that blocks forever
@@ -517,37 +601,42 @@ impl Store for RedisStore {
         self.inspect_keys(names).await
     }
 
-    /// `SCAN`, never `KEYS`. A name appears once it has been acquired (its fence key stays) or while
-    /// someone holds its lock key.
+    /// `SCAN`, never `KEYS`, on every master of a cluster. A name appears once it has been acquired
+    /// (its fence key stays) or while someone holds its lock key.
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
         let tag_start = format!("{{{}:", self.prefix);
         let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
         let mut names = BTreeSet::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let mut con = self.shared.clone();
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(&matcher)
-                .arg("COUNT")
-                .arg(1000);
-            let (next, keys): (u64, Vec<String>) =
-                within(Phase::Inspect, self.limit(), cmd.query_async(&mut con)).await?;
-            for key in keys {
-                let Some(rest) = key.strip_prefix(&tag_start) else {
-                    continue;
-                };
-                let name = rest
-                    .strip_suffix("}:lock")
-                    .or_else(|| rest.strip_suffix("}:fence"));
-                if let Some(name) = name.filter(|n| crate::lease::names::validate_name(n).is_ok()) {
-                    names.insert(name.to_owned());
+        // A cluster keeps each name on the master of its slot: scan every master.
+        let masters = within(Phase::Inspect, self.limit(), self.shared.masters()).await?;
+        for mut con in masters {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&matcher)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, keys): (u64, Vec<String>) =
+                    within(Phase::Inspect, self.limit(), cmd.query_async(&mut con)).await?;
+                for key in keys {
+                    let Some(rest) = key.strip_prefix(&tag_start) else {
+                        continue;
+                    };
+                    let name = rest
+                        .strip_suffix("}:lock")
+                        .or_else(|| rest.strip_suffix("}:fence"));
+                    if let Some(name) =
+                        name.filter(|n| crate::lease::names::validate_name(n).is_ok())
+                    {
+                        names.insert(name.to_owned());
+                    }
                 }
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         let names: Vec<&str> = names.iter().map(String::as_str).collect();

@@ -8,7 +8,7 @@ mod lease_support;
 
 use std::time::Duration;
 
-use lease_support::{eventually, ms};
+use lease_support::ms;
 use leasehold::lease::ReplicaPolicy;
 use leasehold::{Error, LeaseClient, LeaseOptions, LostReason, Phase};
 use leasehold_testkit::{Credentials, SentinelSet};
@@ -193,30 +193,34 @@ async fn a_demoted_primary_that_is_still_up_gets_no_more_writes() {
     });
     let new = primary(&set);
     assert_ne!(new, old);
-    assert!(
-        eventually(ms(10_000), async || {
-            let mut con = set.node(old).connection().unwrap();
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut con)
-                .unwrap();
-            info.contains("role:slave")
-        })
-        .await,
-        "the old primary is demoted, still running"
-    );
+    let key = c.keys("report").unwrap().lock;
+    tokio::time::sleep(ms(1_500)).await;
 
-    // The pinned client's renewal hits the demoted node: refused (READONLY), never applied there.
-    let refused = p.renew().await;
-    assert!(
-        matches!(&refused, Err(Error::Redis { phase: Phase::Renew, source }) if source.code() == Some("READONLY")),
-        "{refused:?}"
-    );
-    // Ours follows the sentinels.
+    // The pinned client keeps writing to the old primary: accepted while that node still thinks it
+    // is primary (the write is lost when the sentinels turn it into a replica), or refused with
+    // READONLY once they have. Either way not where the lease lives now.
+    let pinned_key = pinned.keys("pinned").unwrap().lock;
+    match p.renew().await {
+        Ok(()) => {
+            // It believes it renewed; the primary's copy of its lock keeps running down.
+            let real = raw_pttl(&set, new, &pinned_key);
+            assert!(real < 9_000, "PTTL {real} on the real primary");
+        }
+        Err(Error::Redis {
+            phase: Phase::Renew,
+            source,
+        }) => assert_eq!(source.code(), Some("READONLY"), "{source}"),
+        Err(other) => panic!("unexpected {other}"),
+    }
+    // Ours followed the sentinels (+switch-master): renewed on the new primary, not on the old one.
     a.renew().await.expect("renewed on the new primary");
     assert!(!a.is_lost());
-    let key = c.keys("report").unwrap().lock;
     assert!(raw_pttl(&set, new, &key) > 9_000);
+    let on_old = raw_pttl(&set, old, &key);
+    assert!(
+        on_old < 9_000,
+        "the old primary got our renewal (PTTL {on_old} there)"
+    );
     let b = c
         .try_acquire("fresh", &LeaseOptions::with_ttl(ms(5_000)).unwrap())
         .await

@@ -128,10 +128,10 @@ impl Shared {
 /// How the dedicated connections find the node a key lives on.
 #[derive(Clone)]
 pub(crate) enum Nodes {
-    /// The one server; `addr` only labels its connections.
+    /// The one server (its connections carry an empty address).
     Standalone {
-        /// Its client (URL, credentials, TLS).
-        client: redis::Client,
+        /// Its client (URL, credentials, TLS); boxed, it is large beside the other handles.
+        client: Box<redis::Client>,
     },
     /// Whatever primary the sentinels name now.
     Sentinel(SentinelConn),
@@ -143,7 +143,7 @@ impl Nodes {
     /// The address of the node that holds `key` now, and a client for it.
     async fn node_for(&self, key: &[u8]) -> RedisResult<(String, redis::Client)> {
         match self {
-            Nodes::Standalone { client } => Ok((String::new(), client.clone())),
+            Nodes::Standalone { client } => Ok((String::new(), (**client).clone())),
             Nodes::Sentinel(s) => {
                 let addr = s.primary_addr().await?;
                 let client = s.data_client(&addr)?;
@@ -160,7 +160,7 @@ impl Nodes {
     /// A client for the node at `addr` (a redirect's target).
     fn client_at(&self, addr: &str) -> RedisResult<redis::Client> {
         match self {
-            Nodes::Standalone { client } => Ok(client.clone()),
+            Nodes::Standalone { client } => Ok((**client).clone()),
             Nodes::Sentinel(s) => s.data_client(addr),
             Nodes::Cluster(c) => c.client(addr),
         }

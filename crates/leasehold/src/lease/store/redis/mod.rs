@@ -294,7 +294,9 @@ impl RedisStore {
         round_trips.fetch_add(1, Ordering::Relaxed);
         Ok((
             Route::Standalone(manager),
-            Nodes::Standalone { client },
+            Nodes::Standalone {
+                client: Box::new(client),
+            },
             probe,
         ))
     }

@@ -52,9 +52,11 @@ pub(crate) enum Command {
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS). Also read
-    /// from LEASEHOLD_STORE, then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379. `--redis` is an
-    /// alias.
+    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS); through
+    /// Sentinel `redis-sentinel://[user:password@]host[:port][,host[:port]…][/db][?sentinel_password=…]#master`;
+    /// a Redis Cluster `redis-cluster://[user:password@]host:port[,host:port…]` (`rediss-…` for TLS).
+    /// Also read from LEASEHOLD_STORE, then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379.
+    /// `--redis` is an alias.
     #[arg(
         long = "store",
         visible_alias = "redis",

@@ -87,16 +87,19 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// Opens the store the URL names (`redis://`, `rediss://`; see
-    /// [`SCHEMES`](crate::lease::SCHEMES) for what this build knows) and spawns the client's renewal
-    /// task. Call it inside a Tokio runtime: the task lives as long as the client or any of its
+    /// Opens the store the URL names (`redis://`, `rediss://`, `redis-sentinel://`,
+    /// `redis-cluster://`; see [`SCHEMES`](crate::lease::SCHEMES) for what this build knows) and
+    /// spawns the client's renewal task. Call it inside a Tokio runtime: the task lives as long as the client or any of its
     /// leases.
     ///
     /// # Errors
     ///
     /// [`Error::Invalid`] for a malformed URL, an unknown scheme or a bad setting (nothing was
-    /// sent); [`Error::Redis`] or [`Error::Timeout`] with [`Phase::Connect`](crate::Phase::Connect)
-    /// for a store that cannot be reached or refuses the credentials (it is asked once).
+    /// sent), an unknown Sentinel master name, or a URL of the wrong topology for the server it
+    /// reaches (`redis://` at a cluster node, `redis-cluster://` at a single server, a sentinel
+    /// given as a data node or the reverse); [`Error::Redis`] or [`Error::Timeout`] with
+    /// [`Phase::Connect`](crate::Phase::Connect) for a store that cannot be reached or refuses the
+    /// credentials (it is asked once).
     ///
     /// # Cancel safety
     ///
@@ -191,7 +194,13 @@ enum Outcome {
 
 impl LeaseClient {
     /// Starts a builder for the store at `url`: `redis://[user:password@]host[:port][/db]`,
-    /// `rediss://…` (TLS), and whatever else [`SCHEMES`](crate::lease::SCHEMES) lists.
+    /// `rediss://…` (TLS); a primary found through Sentinel,
+    /// `redis-sentinel://[[user]:password@]host[:port][,host[:port]…][/db][?sentinel_user=…&sentinel_password=…]#master`
+    /// (the user-info is for the data nodes, the query for the sentinels; port 26379 by default);
+    /// a Redis Cluster, `redis-cluster://[[user]:password@]host:port[,host:port…]` (seed nodes);
+    /// `rediss-sentinel://` and `rediss-cluster://` for TLS; and whatever else
+    /// [`SCHEMES`](crate::lease::SCHEMES) lists. `docs/topologies.md` says what a lease promises in
+    /// each Redis topology.
     pub fn builder(url: impl Into<String>) -> LeaseClientBuilder {
         LeaseClientBuilder {
             url: url.into(),

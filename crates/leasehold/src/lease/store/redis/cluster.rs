@@ -444,8 +444,11 @@ impl ClusterConn {
         Ok(first.unwrap_or(Value::Nil))
     }
 
-    /// One pipeline per master, at once; commands refused with a redirect (or lost with a broken
-    /// connection) are sent again on their own; replies in the pipeline's order.
+    /// One pipeline per master, at once. Commands a master sent elsewhere (`MOVED`), could not run
+    /// yet (`TRYAGAIN`, `CLUSTERDOWN`) or lost with a broken connection go out again, grouped by
+    /// master after the slots are learnt again, until the sends or the time run out; a command sent
+    /// to a slot being migrated (`ASK`) goes on its own, with `ASKING`. Replies in the pipeline's
+    /// order.
     async fn send_pipeline(
         &self,
         pipeline: &Pipeline,
@@ -464,92 +467,130 @@ impl ClusterConn {
             let mut con = self.node(&addr).await?;
             return con.send_packed_commands(pipeline, offset, count).await;
         }
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        let cmds = &cmds;
+        let mut out: Vec<Option<RedisResult<Value>>> = vec![None; cmds.len()];
         let mut alone: Vec<usize> = Vec::new();
-        {
-            let map = self.inner.map.read().expect("slot map lock");
-            let mut previous: Option<String> = None;
-            for (i, cmd) in cmds.iter().enumerate() {
-                if is_script_load(cmd) {
-                    alone.push(i);
-                    continue;
-                }
-                let addr = match first_key(cmd) {
-                    Some(k) => map.master_of(key_slot(&k)).map(str::to_owned),
-                    // A command without a key (WAIT, say) goes with the one before it.
-                    None => previous.clone(),
-                };
-                match addr {
-                    Some(a) => {
-                        match groups.iter_mut().find(|(g, _)| *g == a) {
-                            Some((_, idx)) => idx.push(i),
-                            None => groups.push((a.clone(), vec![i])),
-                        }
-                        previous = Some(a);
-                    }
-                    None => alone.push(i),
-                }
+        let mut pending: Vec<usize> = Vec::new();
+        for (i, cmd) in cmds.iter().enumerate() {
+            if is_script_load(cmd) {
+                alone.push(i);
+            } else {
+                pending.push(i);
             }
         }
-        self.inner.count.fetch_add(
-            (groups.len() + alone.len()).saturating_sub(1) as u64,
-            Ordering::Relaxed,
-        );
-        let cmds = &cmds;
-        let sent = futures::future::join_all(groups.iter().map(|(addr, idx)| async move {
-            let mut sub = redis::pipe();
-            for &i in idx {
-                sub.add_command(cmds[i].clone());
+        let started = Instant::now();
+        let bound = self.inner.connect_timeout + self.inner.response_timeout * 2;
+        let mut rounds = 0u32;
+        let mut first_request = true;
+        while !pending.is_empty() {
+            if rounds > 0 {
+                if rounds >= MAX_SENDS || started.elapsed() >= bound {
+                    break;
+                }
+                tokio::time::sleep(pause_after(rounds - 1)).await;
+                let _ = self.learn().await;
             }
-            match self.node(addr).await {
-                Ok(mut con) => con.send_packed_commands(&sub, 0, idx.len()).await,
-                Err(e) => Err(e),
-            }
-        }))
-        .await;
-        let mut out: Vec<Option<Value>> = vec![None; cmds.len()];
-        let mut again: Vec<usize> = Vec::new();
-        let mut relearn = false;
-        for ((addr, idx), reply) in groups.iter().zip(sent) {
-            match reply {
-                Ok(values) if values.len() == idx.len() => {
-                    for (&i, v) in idx.iter().zip(values) {
-                        match next_step(&v) {
-                            Next::Done => out[i] = Some(v),
-                            _ => {
-                                relearn = true;
-                                again.push(i);
+            rounds += 1;
+            let (groups, unrouted) = self.group_by_master(cmds, &pending);
+            alone.extend(unrouted);
+            let requests = groups.len() as u64;
+            // The caller counted one request.
+            self.inner.count.fetch_add(
+                requests.saturating_sub(u64::from(first_request)),
+                Ordering::Relaxed,
+            );
+            first_request &= requests == 0;
+            let sent = futures::future::join_all(groups.iter().map(|(addr, idx)| async move {
+                let mut sub = redis::pipe();
+                for &i in idx {
+                    sub.add_command(cmds[i].clone());
+                }
+                match self.node(addr).await {
+                    Ok(mut con) => con.send_packed_commands(&sub, 0, idx.len()).await,
+                    Err(e) => Err(e),
+                }
+            }))
+            .await;
+            pending.clear();
+            for ((addr, idx), reply) in groups.iter().zip(sent) {
+                match reply {
+                    Ok(values) if values.len() == idx.len() => {
+                        for (&i, v) in idx.iter().zip(values) {
+                            match next_step(&v) {
+                                Next::Done => out[i] = Some(Ok(v)),
+                                Next::Redirect(_, true) => alone.push(i),
+                                Next::Redirect(_, false) | Next::Retry => {
+                                    out[i] = Some(Ok(v));
+                                    pending.push(i);
+                                }
                             }
                         }
                     }
+                    Ok(_) => pending.extend(idx),
+                    Err(e) if is_connection_failure(&e) => {
+                        self.inner.nodes.lock().expect("nodes lock").remove(addr);
+                        for &i in idx {
+                            out[i] = Some(Err(e.clone()));
+                        }
+                        pending.extend(idx);
+                    }
+                    Err(e) => return Err(e),
                 }
-                Ok(_) => again.extend(idx),
-                Err(e) if is_connection_failure(&e) => {
-                    self.inner.nodes.lock().expect("nodes lock").remove(addr);
-                    relearn = true;
-                    again.extend(idx);
-                }
-                Err(e) => return Err(e),
             }
+            pending.sort_unstable();
         }
-        if relearn {
-            let _ = self.learn().await;
+        // Alone: `SCRIPT LOAD` (every master), commands whose slot has no known master, and
+        // commands sent to a slot being migrated; `send` follows them wherever they must go.
+        self.inner.count.fetch_add(
+            (alone.len() as u64).saturating_sub(u64::from(first_request)),
+            Ordering::Relaxed,
+        );
+        let resent = futures::future::join_all(alone.iter().map(|&i| self.send(cmds[i]))).await;
+        for (&i, reply) in alone.iter().zip(resent) {
+            out[i] = Some(reply);
         }
-        // Alone commands were counted above; each resent one is one more request.
-        self.inner
-            .count
-            .fetch_add(again.len() as u64, Ordering::Relaxed);
-        again.extend(alone);
-        let resent = futures::future::join_all(again.iter().map(|&i| self.send(cmds[i]))).await;
-        for (&i, reply) in again.iter().zip(resent) {
-            out[i] = Some(reply?);
-        }
-        Ok(out
-            .into_iter()
-            .map(|v| v.unwrap_or(Value::Nil))
+        out.into_iter()
             .skip(offset)
             .take(count)
-            .collect())
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(io_error(
+                        "not sent",
+                        "the request's time bound ran out".to_owned(),
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// `pending` (indexes into `cmds`) grouped by the master of each command's slot, in order; and
+    /// those whose slot has no known master. A command without a key goes with the one before it.
+    fn group_by_master(
+        &self,
+        cmds: &[&Cmd],
+        pending: &[usize],
+    ) -> (Vec<(String, Vec<usize>)>, Vec<usize>) {
+        let map = self.inner.map.read().expect("slot map lock");
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut unrouted = Vec::new();
+        let mut previous: Option<String> = None;
+        for &i in pending {
+            let addr = match first_key(cmds[i]) {
+                Some(k) => map.master_of(key_slot(&k)).map(str::to_owned),
+                None => previous.clone(),
+            };
+            match addr {
+                Some(a) => {
+                    match groups.iter_mut().find(|(g, _)| *g == a) {
+                        Some((_, idx)) => idx.push(i),
+                        None => groups.push((a.clone(), vec![i])),
+                    }
+                    previous = Some(a);
+                }
+                None => unrouted.push(i),
+            }
+        }
+        (groups, unrouted)
     }
 }
 

@@ -265,7 +265,11 @@ mod tests {
     fn slots_follow_the_cluster_specification() {
         // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
         assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"123456789"), 0x31C3, "CRC16 of 123456789 is 0x31C3, below 16384");
+        assert_eq!(
+            key_slot(b"123456789"),
+            0x31C3,
+            "CRC16 of 123456789 is 0x31C3, below 16384"
+        );
         assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
         assert_eq!(
             key_slot(b"foo{}{bar}"),

@@ -68,8 +68,8 @@ struct Inner {
 /// The primary found by one lookup.
 #[derive(Clone)]
 struct Primary {
-    /// `host:port` as the sentinels report it.
-    addr: String,
+    /// `host:port` as the sentinels report it (shared: cloned with every request).
+    addr: Arc<str>,
     /// A multiplexed connection to it, with the response timeout.
     con: MultiplexedConnection,
     /// Which lookup found it.
@@ -105,7 +105,7 @@ impl std::fmt::Debug for SentinelConn {
             .current
             .lock()
             .ok()
-            .and_then(|c| c.as_ref().map(|p| p.addr.clone()));
+            .and_then(|c| c.as_ref().map(|p| p.addr.to_string()));
         f.debug_struct("SentinelConn")
             .field("master", &self.inner.url.master)
             .field("sentinels", &self.inner.url.sentinels)
@@ -146,7 +146,7 @@ impl SentinelConn {
     /// The primary's address and a client for it (for dedicated connections), looking it up if
     /// none is known.
     pub(crate) async fn primary_addr(&self) -> RedisResult<String> {
-        Ok(self.primary().await?.addr)
+        Ok(self.primary().await?.addr.to_string())
     }
 
     /// A client for the data node at `addr`.
@@ -158,7 +158,7 @@ impl SentinelConn {
     /// have): look it up again before the next request.
     pub(crate) fn forget_addr(&self, addr: &str, why: &str) {
         let mut current = self.inner.current.lock().expect("primary lock");
-        if current.as_ref().is_some_and(|p| p.addr == addr) {
+        if current.as_ref().is_some_and(|p| &*p.addr == addr) {
             tracing::debug!(primary = addr, why, "looking the sentinel primary up again");
             *current = None;
         }
@@ -281,7 +281,7 @@ impl SentinelConn {
             )));
         }
         Ok(Primary {
-            addr,
+            addr: addr.into(),
             con,
             generation: inner.next_generation.fetch_add(1, Ordering::Relaxed),
         })
@@ -373,9 +373,9 @@ impl SentinelConn {
 
     /// Sends `op` to the primary; once more to the primary looked up again if it failed because the
     /// primary moved (`READONLY`, a broken connection).
-    async fn send<T, F>(&self, resend: bool, op: F) -> RedisResult<T>
+    async fn send<'a, T, F>(&self, resend: bool, op: F) -> RedisResult<T>
     where
-        F: Fn(MultiplexedConnection) -> RedisFuture<'static, T>,
+        F: Fn(MultiplexedConnection) -> RedisFuture<'a, T>,
         T: Refusal,
     {
         let mut attempt = 0;
@@ -426,11 +426,9 @@ impl Refusal for Vec<Value> {
 impl ConnectionLike for SentinelConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         let resend = !is_blocking(cmd);
-        let cmd = Arc::new(cmd.clone());
         Box::pin(async move {
             self.send(resend, move |mut con| {
-                let cmd = cmd.clone();
-                Box::pin(async move { con.send_packed_command(&cmd).await })
+                Box::pin(async move { con.send_packed_command(cmd).await })
             })
             .await
         })
@@ -443,11 +441,9 @@ impl ConnectionLike for SentinelConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         let resend = !pipeline.cmd_iter().any(is_blocking);
-        let pipeline = Arc::new(pipeline.clone());
         Box::pin(async move {
             self.send(resend, move |mut con| {
-                let pipeline = pipeline.clone();
-                Box::pin(async move { con.send_packed_commands(&pipeline, offset, count).await })
+                Box::pin(async move { con.send_packed_commands(pipeline, offset, count).await })
             })
             .await
         })
@@ -497,7 +493,7 @@ async fn watch(inner: Weak<Inner>, stop: CancellationToken) {
             // A switch announced while no sentinel was listened to would go unseen: look again.
             let before = conn.current().map(|p| p.addr);
             if let Ok(found) = conn.lookup().await {
-                if before.as_deref() != Some(found.addr.as_str()) {
+                if before.as_deref() != Some(&*found.addr) {
                     if let Some(old) = before {
                         conn.forget_addr(&old, "the sentinels name another primary");
                     }
@@ -526,13 +522,12 @@ async fn watch(inner: Weak<Inner>, stop: CancellationToken) {
                             return;
                         };
                         tracing::info!(master = name, from = %format!("{old_ip}:{old_port}"), to = %format!("{new_ip}:{new_port}"), "sentinels switched the primary");
-                        let new = old_port.parse().ok().map(|p| node::addr(old_ip, p));
-                        if let Some(old) = new {
-                            conn.forget_addr(&old, "+switch-master");
+                        if let Ok(port) = old_port.parse::<u16>() {
+                            conn.forget_addr(&node::addr(old_ip, port), "+switch-master");
                         }
                         // Whatever we use, if it is not the new primary, must go.
                         if let (Some(p), Ok(port)) = (conn.current(), new_port.parse::<u16>()) {
-                            if p.addr != node::addr(new_ip, port) {
+                            if *p.addr != node::addr(new_ip, port) {
                                 conn.forget(p.generation, "+switch-master");
                             }
                         }

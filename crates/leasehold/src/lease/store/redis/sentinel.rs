@@ -51,7 +51,9 @@ struct Inner {
     /// The primary in use; `None` once it failed us, until the next lookup.
     current: Mutex<Option<Primary>>,
     /// One lookup at a time: concurrent requests that find no primary wait for the same lookup.
-    resolving: tokio::sync::Mutex<()>,
+    /// Holds the last failed lookup (when it ended, and why), which the requests that waited for it
+    /// share instead of each looking up again in turn.
+    resolving: tokio::sync::Mutex<Option<(tokio::time::Instant, RedisError)>>,
     /// Numbers each primary connection, so that a failure seen on an old one does not discard a
     /// newer one.
     next_generation: AtomicU64,
@@ -128,7 +130,7 @@ impl SentinelConn {
             inner: Arc::new(Inner {
                 url,
                 current: Mutex::new(None),
-                resolving: tokio::sync::Mutex::new(()),
+                resolving: tokio::sync::Mutex::new(None),
                 next_generation: AtomicU64::new(1),
                 count,
                 connect_timeout,
@@ -180,9 +182,15 @@ impl SentinelConn {
         if let Some(p) = self.current() {
             return Ok(p);
         }
-        let _one_lookup = self.inner.resolving.lock().await;
+        let asked = tokio::time::Instant::now();
+        let mut last_failure = self.inner.resolving.lock().await;
         if let Some(p) = self.current() {
             return Ok(p);
+        }
+        if let Some((at, e)) = &*last_failure {
+            if *at >= asked {
+                return Err(e.clone());
+            }
         }
         let p = self.lookup().await.map_err(|e| match e {
             LookupError::Unavailable(e) => e,
@@ -197,7 +205,14 @@ impl SentinelConn {
                 "not a sentinel",
                 format!("{which} answered as a Redis server, not as a sentinel"),
             ),
-        })?;
+        });
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => {
+                *last_failure = Some((tokio::time::Instant::now(), e.clone()));
+                return Err(e);
+            }
+        };
         tracing::info!(master = %self.inner.url.master, primary = %p.addr, "following the sentinels: primary is now {}", p.addr);
         *self.inner.current.lock().expect("primary lock") = Some(p.clone());
         Ok(p)

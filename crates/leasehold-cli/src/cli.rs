@@ -57,7 +57,9 @@ pub(crate) enum Command {
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// The lease store: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS),
+    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS); through
+    /// Sentinel `redis-sentinel://[user:password@]host[:port][,host[:port]…][/db][?sentinel_password=…]#master`;
+    /// a Redis Cluster `redis-cluster://[user:password@]host:port[,host:port…]` (`rediss-…` for TLS);
     /// `etcd://[user:password@]host:port[,host:port…]` (the members of an etcd cluster) or `etcds://…`
     /// (TLS). Give a Redis URL an odd number of times, 3 or more, for Redlock over that many
     /// independent Redis masters (a majority must hold the lease). Also read from LEASEHOLD_STORE

@@ -15,9 +15,9 @@ fn demo_runs_every_scene_and_each_shows_its_claim() {
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    for n in [1, 2, 3, 4, 5, 7] {
+    for n in 1..=7 {
         assert!(
-            out.contains(&format!("Scene {n}. ")),
+            out.contains(&format!("Scene {n}/7.")),
             "scene {n} missing:\n{out}"
         );
         assert!(
@@ -35,7 +35,8 @@ fn demo_runs_every_scene_and_each_shows_its_claim() {
         "UNIQUE",
         "SIGKILL",
         "no majority",
-        "6/6 scenes",
+        "+switch-master",
+        "7/7 scenes",
     ] {
         assert!(out.contains(must), "{must:?} missing:\n{out}");
     }

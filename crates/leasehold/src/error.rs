@@ -55,8 +55,9 @@ pub enum LostReason {
     /// The holder's own deadline (measured from before the acquire was sent, minus drift) passed without
     /// a successful renewal. Redis may not have expired the key yet; it does not matter.
     DeadlinePassed,
-    /// The store answered a renewal: it no longer holds our token (the lease expired, or was
-    /// force-released and perhaps taken by someone else).
+    /// The store answered a renewal: the key no longer holds our token (it expired, was
+    /// force-released, or was lost in a failover to a replica that never received it; someone else
+    /// may hold it now).
     NotOurs,
     /// The configured maximum hold time was reached; renewal stopped on purpose.
     MaxHoldReached,
@@ -67,7 +68,7 @@ impl std::fmt::Display for LostReason {
         f.write_str(match self {
             LostReason::DeadlinePassed => "its deadline passed without a successful renewal",
             LostReason::NotOurs => {
-                "the store no longer holds our token (expired or force-released)"
+                "the store no longer holds our token (expired, force-released, or lost in a failover)"
             }
             LostReason::MaxHoldReached => "the maximum hold time was reached",
         })

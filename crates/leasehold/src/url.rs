@@ -43,8 +43,10 @@ pub fn redact(url: &str) -> String {
 
 /// Where the userinfo ends (the index of its `@` in `rest`): the last `@` that is followed by
 /// something shaped like a host list. An `@` inside a query value (`?user=a@b`) is not followed by a
-/// host, so it is not taken for the end of a userinfo.
-fn userinfo_end(rest: &str) -> Option<usize> {
+/// host, so it is not taken for the end of a userinfo. Failing that, the last `@` with no host after it
+/// (`scheme://:pw@`, a URL missing its host) still ends a userinfo, so that the password of a
+/// malformed URL is hidden too.
+pub(crate) fn userinfo_end(rest: &str) -> Option<usize> {
     let hosts_after = |at: usize| {
         let after = &rest[at + 1..];
         &after[..after.find(['/', '?', '#']).unwrap_or(after.len())]
@@ -60,8 +62,8 @@ fn userinfo_end(rest: &str) -> Option<usize> {
                         || matches!(c, '.' | '-' | '_' | ':' | ',' | '[' | ']' | '%')
                 })
         })
-        // A URL with credentials and no host (`etcd://user:pw@`) is still hidden: its last `@`
-        // followed by an empty host ends the userinfo.
+        // A URL with credentials and no host (`etcd://user:pw@`, `redis-cluster://:pw@`) is still
+        // hidden, whatever the password holds: its last `@` followed by an empty host ends it.
         .or_else(|| rest.rfind('@').filter(|&at| hosts_after(at).is_empty()))
 }
 
@@ -130,6 +132,8 @@ mod tests {
             ("etcd://u:secret@", "etcd://u:***@"),
             ("etcd://u:se/cret@/x", "etcd://u:***@/x"),
             ("sqlite:/tmp/a.db", "sqlite:/tmp/a.db"),
+            ("redis-cluster://:pw@", "redis-cluster://:***@"),
+            ("redis-sentinel://u:pw@#m", "redis-sentinel://u:***@#m"),
             ("not a url", "not a url"),
         ];
         for (given, shown) in cases {

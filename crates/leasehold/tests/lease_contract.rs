@@ -3,7 +3,7 @@
 //! server) have their own test files.
 //!
 //! To add a store: give [`Env`] a constructor for it and add one line to the `stores!` call at the
-//! bottom.
+//! bottom. Redis runs three times: one server, a primary found through Sentinel, and a Cluster.
 // A build with no store has no contract to run.
 #![cfg_attr(
     not(any(feature = "redis", feature = "etcd")),
@@ -39,7 +39,57 @@ fn unique_prefix(store: &str) -> String {
     )
 }
 
+/// One topology shared by the tests that run at the same time (each test has its own key prefix,
+/// and none of these tests injects faults), started again once the last of them is done, so that no
+/// process outlives the test binary.
+#[cfg(feature = "redis")]
+fn shared<T: Send + Sync + 'static>(
+    slot: &'static std::sync::Mutex<std::sync::Weak<T>>,
+    start: impl FnOnce() -> T,
+) -> Arc<T> {
+    let mut weak = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = weak.upgrade() {
+        return t;
+    }
+    let t = Arc::new(tokio::task::block_in_place(start));
+    *weak = Arc::downgrade(&t);
+    t
+}
+
+#[cfg(feature = "redis")]
+static SENTINELS: std::sync::Mutex<std::sync::Weak<leasehold_testkit::SentinelSet>> =
+    std::sync::Mutex::new(std::sync::Weak::new());
+#[cfg(feature = "redis")]
+static CLUSTERS: std::sync::Mutex<std::sync::Weak<leasehold_testkit::RedisCluster>> =
+    std::sync::Mutex::new(std::sync::Weak::new());
+
 impl Env {
+    /// A primary, a replica and three sentinels; the client finds the primary through them.
+    #[cfg(feature = "redis")]
+    async fn sentinel() -> Env {
+        let set = shared(&SENTINELS, || {
+            leasehold_testkit::SentinelSet::start().expect("start a sentinel set")
+        });
+        Env {
+            urls: vec![set.sentinel_url()],
+            prefix: unique_prefix("sentinel"),
+            _servers: Box::new(set),
+        }
+    }
+
+    /// A Redis Cluster of three masters and three replicas.
+    #[cfg(feature = "redis")]
+    async fn cluster() -> Env {
+        let cluster = shared(&CLUSTERS, || {
+            leasehold_testkit::RedisCluster::start().expect("start a redis cluster")
+        });
+        Env {
+            urls: vec![cluster.seed_url()],
+            prefix: unique_prefix("cluster"),
+            _servers: Box::new(cluster),
+        }
+    }
+
     /// A private redis-server.
     #[cfg(feature = "redis")]
     async fn redis() -> Env {
@@ -425,4 +475,4 @@ macro_rules! stores {
     )*};
 }
 
-stores!(redis if "redis", redlock if "redis", etcd if "etcd");
+stores!(redis if "redis", sentinel if "redis", cluster if "redis", redlock if "redis", etcd if "etcd");

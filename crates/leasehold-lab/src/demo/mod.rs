@@ -7,14 +7,15 @@
 //! often; for rates, run `leasehold verify`.
 //!
 //! Layout: [`stage`](self) (shared set-up, live timeline, worker processes), `naive` (scenes 1-3),
-//! `fenced` (scene 4), `guards` (scene 5), `redlock` (scene 7, on three masters of its own),
-//! `resource` (the SQLite counter), `worker` (the hidden `__demo-worker` process), `style` (colour or
-//! plain text).
+//! `fenced` (scene 4), `guards` (scene 5), `failover` (scene 6: a real Sentinel failover), `redlock`
+//! (scene 7, on three masters of its own), `resource` (the SQLite counter), `worker` (the hidden
+//! `__demo-worker` process), `style` (colour or plain text).
 
 use anyhow::Context as _;
 use std::path::PathBuf;
 use tokio::time::Instant;
 
+mod failover;
 mod fenced;
 mod guards;
 mod naive;
@@ -34,7 +35,9 @@ pub struct DemoArgs {
     /// unique prefix and are deleted at the end.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
-    /// Run only this scene (1-5, 7); repeat for several.
+    /// Run only this scene (1-7); repeat for several. Scene 6 starts its own Sentinel set (a
+    /// primary, a replica and three sentinels) and scene 7 its own three Redis masters, also with
+    /// `--redis`.
     #[arg(long, value_name = "N", value_parser = scene_number)]
     pub scene: Vec<u8>,
     /// The `leasehold` binary the worker processes run (default: this executable).
@@ -85,12 +88,13 @@ pub(crate) struct Outcome {
     pub(crate) redis_commands: usize,
 }
 
-const SCENES: [(u8, &str); 6] = [
+const SCENES: [(u8, &str); 7] = [
     (1, "SETNX with no TTL: a crashed holder locks the resource forever"),
     (2, "TTL + bare DEL: a slow holder deletes the next holder's lock, and there are two holders"),
     (3, "Token + compare-and-delete: the release is safe, but a paused holder still writes stale data"),
     (4, "Fencing at the resource: the same pause, and the stale write is refused"),
     (5, "No lock at all: the database refuses duplicates, overselling and illegal transitions"),
+    (6, "A real Sentinel failover loses a lease: two holders, and the fence refuses the stale one"),
     (7, "Redlock on three masters: it survives a crashed master, not a paused holder; the fence refuses the stale one"),
 ];
 
@@ -181,14 +185,18 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
             .map(|(_, t)| *t)
             .unwrap_or_default();
         println!();
-        println!("{}", style.bold(&format!("Scene {n}. {title}")));
+        println!(
+            "{}",
+            style.bold(&format!("Scene {n}/{}. {title}", SCENES.len()))
+        );
         let outcome = match n {
             1 => naive::setnx_without_ttl(&mut st).await,
             2 => naive::ttl_and_bare_del(&mut st).await,
             3 => naive::token_lock_paused_holder(&mut st).await,
             4 => fenced::fenced_paused_holder(&mut st).await,
-            7 => redlock::redlock_scene(&mut st).await,
-            _ => guards::database_guards(&mut st).await,
+            5 => guards::database_guards(&mut st).await,
+            6 => failover::sentinel_failover_loses_a_lease(&mut st).await,
+            _ => redlock::redlock_scene(&mut st).await,
         };
         let shown = match outcome {
             Ok(o) => {

@@ -96,8 +96,8 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// Opens the store the URL names (`redis://`, `rediss://`, with the `etcd` feature `etcd://`,
-    /// `etcds://`; see
+    /// Opens the store the URL names (`redis://`, `rediss://`, `redis-sentinel://`,
+    /// `redis-cluster://`, with the `etcd` feature `etcd://`, `etcds://`; see
     /// [`SCHEMES`](crate::lease::SCHEMES) for what this build knows) and spawns the client's renewal
     /// task. Call it inside a Tokio runtime: the task lives as long as the client or any of its
     /// leases.
@@ -105,10 +105,13 @@ impl LeaseClientBuilder {
     /// # Errors
     ///
     /// [`Error::Invalid`] for a malformed URL, an unknown scheme or a bad setting (nothing was
-    /// sent, also an etcd endpoint that answers as something else); [`Error::Redis`], `Error::Etcd`
-    /// or [`Error::Timeout`] with [`Phase::Connect`](crate::Phase::Connect) for a store that cannot
-    /// be reached or refuses the credentials (it is asked once; every member of an etcd cluster);
-    /// for a Redlock, [`Error::Invalid`] also for a replica or two URLs naming one server, and
+    /// sent, also an etcd endpoint that answers as something else), an unknown Sentinel master
+    /// name, or a URL of the wrong topology for the server it reaches (`redis://` at a cluster
+    /// node, `redis-cluster://` at a single server, a sentinel given as a data node or the
+    /// reverse); [`Error::Redis`], `Error::Etcd` or [`Error::Timeout`] with
+    /// [`Phase::Connect`](crate::Phase::Connect) for a store that cannot be reached or refuses the
+    /// credentials (it is asked once; every member of an etcd cluster); for a Redlock,
+    /// [`Error::Invalid`] also for a replica or two URLs naming one server, and
     /// [`Error::NoQuorum`] when fewer than a majority of the masters answer.
     ///
     /// # Cancel safety
@@ -207,8 +210,14 @@ enum Outcome {
 
 impl LeaseClient {
     /// Starts a builder for the store at `url`: `redis://[user:password@]host[:port][/db]`,
-    /// `rediss://…` (TLS), `etcd://[user:password@]host:port[,host:port…]` and `etcds://…` (with the
-    /// `etcd` feature), and whatever else [`SCHEMES`](crate::lease::SCHEMES) lists.
+    /// `rediss://…` (TLS); a primary found through Sentinel,
+    /// `redis-sentinel://[[user]:password@]host[:port][,host[:port]…][/db][?sentinel_user=…&sentinel_password=…]#master`
+    /// (the user-info is for the data nodes, the query for the sentinels; port 26379 by default);
+    /// a Redis Cluster, `redis-cluster://[[user]:password@]host:port[,host:port…]` (seed nodes);
+    /// `rediss-sentinel://` and `rediss-cluster://` for TLS; `etcd://[user:password@]host:port[,host:port…]`
+    /// and `etcds://…` (with the `etcd` feature); and whatever else
+    /// [`SCHEMES`](crate::lease::SCHEMES) lists. `docs/topologies.md` says what a lease promises in
+    /// each Redis topology.
     pub fn builder(url: impl Into<String>) -> LeaseClientBuilder {
         LeaseClientBuilder {
             target: Target::One(url.into()),

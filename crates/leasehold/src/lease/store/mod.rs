@@ -37,7 +37,11 @@ use crate::lease::options::LeaseOptions;
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum StoreKind {
-    /// One Redis primary (`redis://`, `rediss://`).
+    /// Redis: one server (`redis://`, `rediss://`), a primary found through Sentinel
+    /// (`redis-sentinel://`, `rediss-sentinel://`) or a Redis Cluster (`redis-cluster://`,
+    /// `rediss-cluster://`). One kind for all three: the keys, scripts, fence rule and interop with
+    /// other `SET NX PX` locks are the same; only where requests go differs. The topology shows in
+    /// the store's [`location`](crate::LeaseClient::location) (its URL's scheme).
     Redis,
     /// Redlock over an odd number (three or more) of independent Redis masters.
     Redlock,
@@ -87,6 +91,14 @@ pub const SCHEMES: &[&str] = &[
     "redis://",
     #[cfg(feature = "redis")]
     "rediss://",
+    #[cfg(feature = "redis")]
+    "redis-sentinel://",
+    #[cfg(feature = "redis")]
+    "rediss-sentinel://",
+    #[cfg(feature = "redis")]
+    "redis-cluster://",
+    #[cfg(feature = "redis")]
+    "rediss-cluster://",
     #[cfg(feature = "etcd")]
     "etcd://",
     #[cfg(feature = "etcd")]
@@ -249,7 +261,8 @@ pub(crate) async fn open(url: &str, settings: Settings) -> Result<Arc<dyn Store>
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
     match scheme {
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(url, settings).await?)),
+        "redis" | "rediss" | "redis-sentinel" | "rediss-sentinel" | "redis-cluster"
+        | "rediss-cluster" => Ok(Arc::new(redis::RedisStore::connect(url, settings).await?)),
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(Arc::new(etcd::EtcdStore::connect(url, settings).await?)),
         _ => Err(unknown_scheme(url)),

@@ -1,16 +1,24 @@
-//! Connections to Redis: the shared multiplexed connection (reconnecting, with response and connect
-//! timeouts so a stopped server never hangs a call forever), a small pool of dedicated connections for
-//! blocking commands (`BLPOP`, `WAIT`), and the round-trip counter.
+//! Connections to Redis, whatever its topology: the shared multiplexed handle every non-blocking
+//! request goes through ([`Shared`]: one server, the primary Sentinel names now, or the master of
+//! each key's slot in a cluster), dedicated connections for blocking commands (`BLPOP`, `WAIT`) on
+//! the node that holds the key ([`BlockingPool::get_for`]), and the round-trip counter. Every
+//! connection has connect and response timeouts, so a stopped server never hangs a call forever.
 //!
 //! Limit: a timeout says nothing about whether the server executed the command; callers must treat
-//! an acquire that timed out as "maybe taken" (it then expires after one TTL, unrenewed).
+//! an acquire that timed out as "maybe taken" (it then expires after one TTL, unrenewed). A request
+//! sent again after a broken connection or a redirect may run twice; every lease script has the
+//! effect of running once when run twice.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
+
+use super::cluster::ClusterConn;
+use super::node::{self, is_blocking, is_connection_failure, server_error};
+use super::sentinel::SentinelConn;
 
 /// A connection that counts every request it sends (a command, a pipeline or a script call is one).
 #[derive(Clone)]
@@ -48,12 +56,138 @@ impl<C: ConnectionLike + Send> ConnectionLike for Counted<C> {
     }
 }
 
+/// Where a shared request goes.
+#[derive(Clone)]
+pub(crate) enum Route {
+    /// One server, reconnected to in place.
+    Standalone(ConnectionManager),
+    /// The primary the sentinels name now, followed across failovers.
+    Sentinel(SentinelConn),
+    /// The master serving each command's key.
+    Cluster(ClusterConn),
+    /// One node of a cluster, for commands that must visit each master (`SCAN`).
+    Node(MultiplexedConnection),
+}
+
+impl ConnectionLike for Route {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Route::Standalone(c) => c.req_packed_command(cmd),
+            Route::Sentinel(c) => c.req_packed_command(cmd),
+            Route::Cluster(c) => c.req_packed_command(cmd),
+            Route::Node(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Route::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Route::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            Route::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Route::Node(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Route::Standalone(c) => c.get_db(),
+            Route::Sentinel(c) => c.get_db(),
+            Route::Cluster(c) => c.get_db(),
+            Route::Node(c) => c.get_db(),
+        }
+    }
+}
+
+/// The shared connection, counted.
+pub(crate) type Shared = Counted<Route>;
+
+impl Shared {
+    /// One handle per master, for commands that must visit each (`SCAN`): this one for a single
+    /// server or a Sentinel-managed primary, one per master for a cluster.
+    pub(crate) async fn masters(&self) -> RedisResult<Vec<Shared>> {
+        let Route::Cluster(cluster) = &self.con else {
+            return Ok(vec![self.clone()]);
+        };
+        let mut out = Vec::new();
+        for addr in cluster.masters() {
+            let con = cluster.node(&addr).await?;
+            out.push(Counted {
+                con: Route::Node(con),
+                count: self.count.clone(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// How the dedicated connections find the node a key lives on.
+#[derive(Clone)]
+pub(crate) enum Nodes {
+    /// The one server (its connections carry an empty address).
+    Standalone {
+        /// Its client (URL, credentials, TLS); boxed, it is large beside the other handles.
+        client: Box<redis::Client>,
+    },
+    /// Whatever primary the sentinels name now.
+    Sentinel(SentinelConn),
+    /// The master of the key's slot.
+    Cluster(ClusterConn),
+}
+
+impl Nodes {
+    /// The address of the node that holds `key` now, and a client for it.
+    async fn node_for(&self, key: &[u8]) -> RedisResult<(String, redis::Client)> {
+        match self {
+            Nodes::Standalone { client } => Ok((String::new(), (**client).clone())),
+            Nodes::Sentinel(s) => {
+                let addr = s.primary_addr().await?;
+                let client = s.data_client(&addr)?;
+                Ok((addr, client))
+            }
+            Nodes::Cluster(c) => {
+                let addr = c.master_for(key).await?;
+                let client = c.client(&addr)?;
+                Ok((addr, client))
+            }
+        }
+    }
+
+    /// A client for the node at `addr` (a redirect's target).
+    fn client_at(&self, addr: &str) -> RedisResult<redis::Client> {
+        match self {
+            Nodes::Standalone { client } => Ok((**client).clone()),
+            Nodes::Sentinel(s) => s.data_client(addr),
+            Nodes::Cluster(c) => c.client(addr),
+        }
+    }
+
+    /// A request on a dedicated connection to `addr` failed (`broken`: the connection itself) or
+    /// was sent elsewhere: let the topology look again.
+    fn failed(&self, addr: &str, why: &str, broken: bool) {
+        match self {
+            Nodes::Standalone { .. } => {}
+            Nodes::Sentinel(s) => s.forget_addr(addr, why),
+            Nodes::Cluster(c) => c.note_failure(addr, broken),
+        }
+    }
+}
+
 /// Dedicated connections for commands that block their connection (`BLPOP`, `WAIT`); they never sit
-/// on the shared multiplexed connection, where they would stall every other request.
+/// on the shared multiplexed connection, where they would stall every other request. Each is opened
+/// to the node that holds the key it is asked for.
 pub(crate) struct BlockingPool {
-    client: redis::Client,
+    /// Where keys live.
+    nodes: Nodes,
+    /// Bound on opening a connection.
     connect_timeout: Duration,
-    idle: Mutex<Vec<MultiplexedConnection>>,
+    /// Idle connections and the address of their node, oldest first.
+    idle: Mutex<Vec<(String, MultiplexedConnection)>>,
+    /// Requests sent, shared with the store.
     count: Arc<AtomicU64>,
 }
 
@@ -65,61 +199,270 @@ impl std::fmt::Debug for BlockingPool {
     }
 }
 
-/// Idle dedicated connections kept for reuse.
+/// Idle dedicated connections kept for reuse (all nodes together).
 const MAX_IDLE_BLOCKING: usize = 16;
 
 impl BlockingPool {
-    pub(crate) fn new(
-        client: redis::Client,
-        connect_timeout: Duration,
-        count: Arc<AtomicU64>,
-    ) -> Self {
+    pub(crate) fn new(nodes: Nodes, connect_timeout: Duration, count: Arc<AtomicU64>) -> Self {
         BlockingPool {
-            client,
+            nodes,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
             count,
         }
     }
 
-    /// An idle dedicated connection, or a new one (its set-up is counted as one round trip). The
-    /// caller bounds each blocking command with its own timeout; on that timeout (or any error, or
+    /// An idle dedicated connection to the node that holds `key` (the primary; in a cluster the
+    /// master of its slot), or a new one (its set-up is counted as one round trip). The caller
+    /// bounds each blocking command with its own timeout; on that timeout (or any error, or
     /// cancellation) the connection is dropped rather than returned, since a reply may still be due.
-    pub(crate) async fn get(&self) -> redis::RedisResult<Counted<MultiplexedConnection>> {
-        if let Some(con) = self.idle.lock().expect("pool lock").pop() {
-            return Ok(Counted {
-                con,
-                count: self.count.clone(),
-            });
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(None);
-        let con = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        Ok(Counted {
+    pub(crate) async fn get_for(&self, key: &str) -> RedisResult<Dedicated> {
+        let (addr, client) = self.nodes.node_for(key.as_bytes()).await?;
+        let reused = {
+            let mut idle = self.idle.lock().expect("pool lock");
+            idle.iter()
+                .rposition(|(a, _)| *a == addr)
+                .map(|i| idle.remove(i).1)
+        };
+        let con = match reused {
+            Some(con) => con,
+            None => self.open(&client).await.inspect_err(|e| {
+                if is_connection_failure(e) {
+                    self.nodes
+                        .failed(&addr, "a dedicated connection failed", true);
+                }
+            })?,
+        };
+        Ok(Dedicated {
+            addr,
             con,
+            nodes: self.nodes.clone(),
+            connect_timeout: self.connect_timeout,
             count: self.count.clone(),
         })
     }
 
+    async fn open(&self, client: &redis::Client) -> RedisResult<MultiplexedConnection> {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        open_dedicated(client, self.connect_timeout).await
+    }
+
     /// Drops every idle connection: after one failed, the others (opened to the same server,
-    /// perhaps before it restarted) are suspect too.
+    /// perhaps before it restarted or was demoted) are suspect too.
     pub(crate) fn clear(&self) {
         self.idle.lock().expect("pool lock").clear();
     }
 
-    /// Returns a connection whose last command completed normally.
-    pub(crate) fn put(&self, con: Counted<MultiplexedConnection>) {
+    /// Keeps `con`, a connection to the node at `addr` without a response timeout, for reuse.
+    pub(crate) fn put_idle(&self, addr: String, con: MultiplexedConnection) {
         let mut idle = self.idle.lock().expect("pool lock");
-        if idle.len() < MAX_IDLE_BLOCKING {
-            idle.push(con.con);
+        idle.push((addr, con));
+        if idle.len() > MAX_IDLE_BLOCKING {
+            idle.remove(0);
+        }
+    }
+
+    /// Returns a connection whose last command completed normally.
+    pub(crate) fn put(&self, con: Dedicated) {
+        self.put_idle(con.addr, con.con);
+    }
+}
+
+async fn open_dedicated(
+    client: &redis::Client,
+    connect_timeout: Duration,
+) -> RedisResult<MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(None);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// A dedicated connection to the node that held a key when it was taken from the pool. A request
+/// that is not blocking follows the topology once if the node answers that the key moved (`MOVED`,
+/// `ASK` in a cluster) or that it is no longer primary (`READONLY`): it is sent again, whole, to the
+/// node that holds the key now (a script and the `WAIT` after it stay together). A blocking command
+/// is not sent again (it would spend its caller's bound twice): its error goes back, and the caller's
+/// next `get_for` finds the right node.
+pub(crate) struct Dedicated {
+    /// The node's address (empty for a single server).
+    addr: String,
+    /// The connection, without a response timeout (callers bound each command).
+    con: MultiplexedConnection,
+    /// Where keys live.
+    nodes: Nodes,
+    /// Bound on opening a connection to a redirect's target.
+    connect_timeout: Duration,
+    /// Requests sent, shared with the store.
+    count: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Dedicated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dedicated")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a refused request should go instead, if anywhere.
+enum Elsewhere {
+    /// To the node at this address, with `ASKING` first when `true`.
+    Node(String, bool),
+    /// To whatever primary the sentinels name now.
+    Primary,
+}
+
+fn elsewhere(v: &Value) -> Option<Elsewhere> {
+    let e = server_error(v)?;
+    match e.kind() {
+        redis::ErrorKind::Server(ServerErrorKind::Moved) => e
+            .redirect_node()
+            .map(|(addr, _)| Elsewhere::Node(addr.to_owned(), false)),
+        redis::ErrorKind::Server(ServerErrorKind::Ask) => e
+            .redirect_node()
+            .map(|(addr, _)| Elsewhere::Node(addr.to_owned(), true)),
+        redis::ErrorKind::Server(ServerErrorKind::ReadOnly) => Some(Elsewhere::Primary),
+        _ => None,
+    }
+}
+
+impl Dedicated {
+    /// Moves this connection to where a refused request should go; `Some(true)` when `ASKING`
+    /// must precede it. `None`: nowhere else to go.
+    async fn follow(&mut self, to: Elsewhere) -> Option<bool> {
+        let (addr, asking) = match to {
+            Elsewhere::Node(addr, asking) => {
+                if !asking {
+                    self.nodes.failed(&self.addr, "MOVED", false);
+                }
+                (addr, asking)
+            }
+            Elsewhere::Primary => {
+                self.nodes.failed(&self.addr, "READONLY", false);
+                let Nodes::Sentinel(s) = &self.nodes else {
+                    return None;
+                };
+                (s.primary_addr().await.ok()?, false)
+            }
+        };
+        let client = self.nodes.client_at(&addr).ok()?;
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let con = open_dedicated(&client, self.connect_timeout).await.ok()?;
+        self.addr = addr;
+        self.con = con;
+        Some(asking)
+    }
+
+    fn note(&self, r: &RedisResult<impl Sized>) {
+        if let Err(e) = r {
+            if is_connection_failure(e) {
+                self.nodes
+                    .failed(&self.addr, "a dedicated connection failed", true);
+            }
         }
     }
 }
 
-/// The shared connection, counted.
-pub(crate) type Shared = Counted<ConnectionManager>;
+impl ConnectionLike for Dedicated {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let first = self.con.send_packed_command(cmd).await;
+            self.note(&first);
+            let Ok(v) = &first else { return first };
+            let Some(to) = elsewhere(v).filter(|_| !is_blocking(cmd)) else {
+                if elsewhere(v).is_some() {
+                    // The caller will ask again; make sure it asks the right node.
+                    self.nodes.failed(&self.addr, "redirected", false);
+                }
+                return first;
+            };
+            match self.follow(to).await {
+                None => first,
+                Some(asking) => {
+                    self.count.fetch_add(1, Ordering::Relaxed);
+                    if asking {
+                        let mut pipe = redis::pipe();
+                        pipe.cmd("ASKING").add_command(cmd.clone());
+                        let r = self.con.send_packed_commands(&pipe, 0, 2).await;
+                        self.note(&r);
+                        r.map(|mut v| v.pop().unwrap_or(Value::Nil))
+                    } else {
+                        let r = self.con.send_packed_command(cmd).await;
+                        self.note(&r);
+                        r
+                    }
+                }
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let first = self.con.send_packed_commands(pipeline, offset, count).await;
+            self.note(&first);
+            let Ok(values) = &first else { return first };
+            let Some(to) = values.iter().find_map(elsewhere) else {
+                return first;
+            };
+            if pipeline.is_transaction()
+                || (pipeline.cmd_iter().any(is_blocking) && !has_wait_tail(pipeline))
+            {
+                self.nodes.failed(&self.addr, "redirected", false);
+                return first;
+            }
+            match self.follow(to).await {
+                None => first,
+                Some(false) => {
+                    self.count.fetch_add(1, Ordering::Relaxed);
+                    let r = self.con.send_packed_commands(pipeline, offset, count).await;
+                    self.note(&r);
+                    r
+                }
+                Some(true) => {
+                    // ASKING holds for the next command only: one before each.
+                    self.count.fetch_add(1, Ordering::Relaxed);
+                    let mut asking = redis::pipe();
+                    for cmd in pipeline.cmd_iter() {
+                        asking.cmd("ASKING").add_command(cmd.clone());
+                    }
+                    let n = pipeline.cmd_iter().count();
+                    let r = self.con.send_packed_commands(&asking, 0, 2 * n).await;
+                    self.note(&r);
+                    r.map(|v| {
+                        v.into_iter()
+                            .skip(1)
+                            .step_by(2)
+                            .skip(offset)
+                            .take(count)
+                            .collect()
+                    })
+                }
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+}
+
+/// A pipeline whose only blocking command is a `WAIT` at its end: it asks about the writes before
+/// it, so it is sent again with them (a `WAIT` that found the node refusing those writes returned
+/// at once).
+fn has_wait_tail(pipeline: &Pipeline) -> bool {
+    let cmds: Vec<&Cmd> = pipeline.cmd_iter().collect();
+    match cmds.split_last() {
+        Some((last, rest)) => {
+            node::command_name(last) == b"WAIT" && !rest.iter().any(|c| is_blocking(c))
+        }
+        None => false,
+    }
+}

@@ -2,6 +2,11 @@
 //! redis-py's `Lock` and every other `SET NX PX` lock, so they exclude each other), released and
 //! renewed by compare-and-delete and compare-and-expire scripts.
 //!
+//! Topologies: one server (`redis://`), a primary found through Sentinel and followed across
+//! failovers (`redis-sentinel://…#master`), or a Redis Cluster (`redis-cluster://…`), where each
+//! lease's keys share one hash slot and every request goes to that slot's master. The scripts and
+//! keys are the same in all three; only where requests go differs (`conn`).
+//!
 //! Promise: one server (or primary) judges expiry by its own clock; the fence is
 //! `max(stored + 1, server time in µs)`, so it keeps increasing even when the server lost the keys
 //! (restart without persistence, failover to a replica that missed the write) as long as the new
@@ -12,11 +17,18 @@
 //!
 //! Layout: `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, each behind one
 //! function that prepares its call), `conn` (the shared connection, dedicated connections for
-//! blocking commands, round-trip counting).
+//! blocking commands on the key's node, round-trip counting), `topology` (the URL forms),
+//! `sentinel` (the primary, followed across failovers), `cluster` (slot routing, redirects,
+//! pipelines split per master), `node` (reaching one node; what the topologies share).
 
+mod cluster;
 pub(super) mod conn;
 pub mod keys;
+mod node;
 mod scripts;
+mod sentinel;
+mod standalone;
+mod topology;
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -25,13 +37,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManagerConfig;
-use redis::AsyncConnectionConfig;
 use tokio::time::Instant;
 
-use self::conn::{BlockingPool, Counted, Shared};
+use self::cluster::ClusterConn;
+use self::conn::{BlockingPool, Counted, Nodes, Route, Shared};
 use self::keys::LeaseKeys;
 use self::scripts::AcquireReply;
+use self::sentinel::SentinelConn;
+use self::topology::Topology;
 use super::{
     Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
 };
@@ -43,10 +56,12 @@ use crate::lease::{metrics, ReplicaPolicy};
 /// request and reply buffers stay small however many leases are held.
 const CHUNK: usize = 1_000;
 
-/// Leases in one Redis server or primary. Cheap to clone (clones share the connections).
+/// Leases in one Redis server, Sentinel-managed primary or Redis Cluster. Cheap to clone (clones
+/// share the connections).
 #[derive(Clone)]
 pub(crate) struct RedisStore {
-    /// The multiplexed, reconnecting connection every non-blocking request goes through.
+    /// The multiplexed, reconnecting handle every non-blocking request goes through (to the one
+    /// server, the current primary, or each key's master).
     shared: Shared,
     /// Dedicated connections for `BLPOP` (waiting) and `WAIT` (replica acknowledgements).
     blocking: Arc<BlockingPool>,
@@ -104,108 +119,66 @@ fn ms_reply(pttl_ms: i64) -> Option<Duration> {
 }
 
 impl RedisStore {
-    /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
-    /// A malformed URL is [`Error::Invalid`]; an unreachable server, missing or wrong credentials are
-    /// [`Error::Redis`] or [`Error::Timeout`] with [`Phase::Connect`] (the server is asked `PING`).
+    /// Connects to one server (`redis://user:pass@host:port/db`, `rediss://...`), a primary found
+    /// through Sentinel (`redis-sentinel://...#master`) or a Redis Cluster (`redis-cluster://...`);
+    /// see [`topology`] for the URL forms. A malformed URL, an unknown master name, or a URL of
+    /// the wrong topology for the server it reaches is [`Error::Invalid`]; an unreachable server,
+    /// missing or wrong credentials are [`Error::Redis`] or [`Error::Timeout`] with
+    /// [`Phase::Connect`] (the server is asked once).
     pub(crate) async fn connect(url: &str, settings: Settings) -> Result<Self> {
         let location = crate::url::redact(url);
-        let tls = url.starts_with("rediss://");
-        let client = redis::Client::open(url).map_err(|e| {
-            Error::invalid(
-                "redis url",
-                format!(
-                    "`{location}` was refused ({}); use redis://[user:password@]host[:port][/db] or rediss://... for TLS",
-                    e.detail().unwrap_or("malformed")
-                ),
-            )
-        })?;
-        if tls {
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let (connect_timeout, response_timeout) =
+            (settings.connect_timeout, settings.response_timeout);
+        let topology = topology::parse(url, settings.tls_root_ca_pem.as_deref())?;
+        if url.starts_with("rediss") {
             // rustls needs one process-wide crypto provider; an application may have installed its
             // own already, which is fine.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let client = match settings.tls_root_ca_pem {
-            None => client,
-            Some(pem) => {
-                if !tls {
-                    return Err(Error::invalid(
-                        "tls root certificate",
-                        format!(
-                            "it was given for `{location}`, which is not a TLS URL; use rediss://"
-                        ),
-                    ));
-                }
-                redis::Client::build_with_tls(
-                    url,
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
+        let mut first_dedicated = None;
+        let (shared, blocking) = match topology {
+            Topology::Standalone => {
+                let (shared, nodes, probe) =
+                    standalone::connect(url, &location, &settings, round_trips.clone()).await?;
+                first_dedicated = Some(probe);
+                (shared, nodes)
+            }
+            Topology::Sentinel(sentinel) => {
+                let conn = SentinelConn::connect(
+                    sentinel,
+                    connect_timeout,
+                    response_timeout,
+                    round_trips.clone(),
                 )
-                .map_err(|e| {
-                    Error::invalid(
-                        "tls root certificate",
-                        format!("it was refused ({e}); give PEM-encoded certificate(s)"),
-                    )
-                })?
+                .await?;
+                (Route::Sentinel(conn.clone()), Nodes::Sentinel(conn))
+            }
+            Topology::Cluster(cluster) => {
+                let conn = ClusterConn::connect(
+                    cluster,
+                    connect_timeout,
+                    response_timeout,
+                    round_trips.clone(),
+                )
+                .await?;
+                (Route::Cluster(conn.clone()), Nodes::Cluster(conn))
             }
         };
-        let round_trips = Arc::new(AtomicU64::new(0));
-        let (connect_timeout, response_timeout) =
-            (settings.connect_timeout, settings.response_timeout);
-
-        // Fail fast and clearly on an unreachable server or bad credentials; the connection then
-        // serves as the first dedicated (blocking) connection.
-        let probe_config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(None);
-        let mut probe = within(
-            Phase::Connect,
-            connect_timeout + response_timeout,
-            client.get_multiplexed_async_connection_with_config(&probe_config),
-        )
-        .await?;
-        round_trips.fetch_add(1, Ordering::Relaxed);
-        // A server that requires AUTH accepts the connection and refuses commands: ask once, so that
-        // missing or wrong credentials are a connect error, not a surprise on the first acquire.
-        within(
-            Phase::Connect,
-            response_timeout,
-            redis::cmd("PING").query_async::<()>(&mut probe),
-        )
-        .await?;
-        round_trips.fetch_add(1, Ordering::Relaxed);
-
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(response_timeout))
-            .set_connection_timeout(Some(connect_timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(200));
-        let manager = within(
-            Phase::Connect,
-            connect_timeout * 2 + response_timeout,
-            redis::aio::ConnectionManager::new_with_config(client.clone(), manager_config),
-        )
-        .await?;
-        round_trips.fetch_add(1, Ordering::Relaxed);
-
-        let shared = Counted {
-            con: manager,
-            count: round_trips.clone(),
-        };
         let blocking = Arc::new(BlockingPool::new(
-            client,
+            blocking,
             connect_timeout,
             round_trips.clone(),
         ));
-        blocking.put(Counted {
-            con: probe,
-            count: round_trips.clone(),
-        });
+        if let Some(probe) = first_dedicated {
+            blocking.put_idle(String::new(), probe);
+        }
         tracing::debug!(url = %location, prefix = %settings.prefix, "redis lease store connected");
         Ok(RedisStore {
-            shared,
+            shared: Counted {
+                con: shared,
+                count: round_trips.clone(),
+            },
             blocking,
             prefix: settings.prefix.into(),
             round_trips,
@@ -272,7 +245,7 @@ impl RedisStore {
         let sent_at = Instant::now();
         let mut con = self
             .blocking
-            .get()
+            .get_for(&keys.lock)
             .await
             .map_err(Error::redis(Phase::Acquire))?;
         let inv = scripts::acquire(&keys, req.token, req.opts.ttl, req.wait);
@@ -461,7 +434,7 @@ impl Store for RedisStore {
         let wake = self.keys(req.name).wake;
         let mut con = self
             .blocking
-            .get()
+            .get_for(&wake)
             .await
             .map_err(Error::redis(Phase::Wait))?;
         let secs = format!("{:.3}", block.as_secs_f64().max(0.001)); // never "0": that blocks forever
@@ -517,37 +490,42 @@ impl Store for RedisStore {
         self.inspect_keys(names).await
     }
 
-    /// `SCAN`, never `KEYS`. A name appears once it has been acquired (its fence key stays) or while
-    /// someone holds its lock key.
+    /// `SCAN`, never `KEYS`, on every master of a cluster. A name appears once it has been acquired
+    /// (its fence key stays) or while someone holds its lock key.
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
         let tag_start = format!("{{{}:", self.prefix);
         let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
         let mut names = BTreeSet::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let mut con = self.shared.clone();
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(&matcher)
-                .arg("COUNT")
-                .arg(1000);
-            let (next, keys): (u64, Vec<String>) =
-                within(Phase::Inspect, self.limit(), cmd.query_async(&mut con)).await?;
-            for key in keys {
-                let Some(rest) = key.strip_prefix(&tag_start) else {
-                    continue;
-                };
-                let name = rest
-                    .strip_suffix("}:lock")
-                    .or_else(|| rest.strip_suffix("}:fence"));
-                if let Some(name) = name.filter(|n| crate::lease::names::validate_name(n).is_ok()) {
-                    names.insert(name.to_owned());
+        // A cluster keeps each name on the master of its slot: scan every master.
+        let masters = within(Phase::Inspect, self.limit(), self.shared.masters()).await?;
+        for mut con in masters {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&matcher)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, keys): (u64, Vec<String>) =
+                    within(Phase::Inspect, self.limit(), cmd.query_async(&mut con)).await?;
+                for key in keys {
+                    let Some(rest) = key.strip_prefix(&tag_start) else {
+                        continue;
+                    };
+                    let name = rest
+                        .strip_suffix("}:lock")
+                        .or_else(|| rest.strip_suffix("}:fence"));
+                    if let Some(name) =
+                        name.filter(|n| crate::lease::names::validate_name(n).is_ok())
+                    {
+                        names.insert(name.to_owned());
+                    }
                 }
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         let names: Vec<&str> = names.iter().map(String::as_str).collect();

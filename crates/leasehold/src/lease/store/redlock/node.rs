@@ -17,7 +17,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::redis::conn::{BlockingPool, Counted, Shared};
+use crate::lease::store::redis::conn::{BlockingPool, Counted, Nodes, Route, Shared};
 use crate::lease::store::Settings;
 
 /// Why one master gave no answer, kept cheap to copy into every item of a batch it failed.
@@ -202,10 +202,16 @@ impl Node {
         Ok(Node {
             location,
             shared: Counted {
-                con: manager,
+                con: Route::Standalone(manager),
                 count: count.clone(),
             },
-            blocking: BlockingPool::new(client, settings.connect_timeout, count.clone()),
+            blocking: BlockingPool::new(
+                Nodes::Standalone {
+                    client: Box::new(client),
+                },
+                settings.connect_timeout,
+                count.clone(),
+            ),
             count,
             standing: Mutex::new(Standing::Pending {
                 checking: false,
@@ -386,7 +392,7 @@ impl Node {
         slack: Duration,
     ) -> std::result::Result<bool, Failure> {
         self.usable()?;
-        let mut con = self.blocking.get().await.map_err(|e| {
+        let mut con = self.blocking.get_for(wake).await.map_err(|e| {
             let f = Failure::Redis(e);
             self.mark(&f);
             f

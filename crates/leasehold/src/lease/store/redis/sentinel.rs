@@ -1,0 +1,583 @@
+//! The primary of a Sentinel-managed Redis, followed across failovers.
+//!
+//! Promise: requests go to the node the sentinels name as primary, and only once that node itself
+//! answers `ROLE` with `master`. The primary is looked up again whenever a sentinel announces
+//! `+switch-master` for it, a request is refused with `READONLY` (the node was demoted) or the
+//! connection to it breaks. Looking up asks every sentinel at once and takes, among the first
+//! majority to answer, the address with the highest configuration epoch, so one sentinel that missed
+//! the failover does not send us back. It never reconnects blindly to the old address, so a demoted
+//! primary that comes back gets no writes from here. A request that failed that way is sent once
+//! more, to the primary found (every lease script has the effect of running once when run twice).
+//!
+//! Limit: Sentinel replication is asynchronous. A write the old primary acknowledged but had not
+//! sent to the replica is gone once the replica is promoted: a lease it took is lost (its next
+//! renewal finds no lock and the holder's lost signal fires), and someone else may take the name
+//! before the holder hears of it; the fence, minted from the new primary's clock, is higher than the
+//! lost one. Between the primary's death and the promotion (`down-after-milliseconds` plus the
+//! election) requests fail. While the old primary is cut off from the sentinels but still reachable
+//! from here it keeps accepting writes until they demote it (bounded by `min-replicas-to-write` on
+//! the server, if set), and the subscription to `+switch-master` is only as live as the sentinel it
+//! listens to (pinged every second, replaced when silent).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::node::{self, io_error, is_blocking, is_connection_failure, is_readonly, server_error};
+use super::topology::SentinelUrl;
+use crate::error::{Error, Phase, Result};
+
+/// How often the `+switch-master` subscription is checked for life.
+const PING_EVERY: Duration = Duration::from_secs(1);
+/// Pause before subscribing again after the subscription broke.
+const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(200);
+
+/// A handle on the current primary of one Sentinel-monitored master. Cheap to clone; clones share
+/// the connection, the lookup and the subscription.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The sentinels, the master name and both sides' credentials.
+    url: SentinelUrl,
+    /// The primary in use; `None` once it failed us, until the next lookup.
+    current: Mutex<Option<Primary>>,
+    /// One lookup at a time: concurrent requests that find no primary wait for the same lookup.
+    /// Holds the last failed lookup (when it ended, and why), which the requests that waited for it
+    /// share instead of each looking up again in turn.
+    resolving: tokio::sync::Mutex<Option<(tokio::time::Instant, RedisError)>>,
+    /// Numbers each primary connection, so that a failure seen on an old one does not discard a
+    /// newer one.
+    next_generation: AtomicU64,
+    /// Requests sent (lookups and resent requests included), shared with the store's counter.
+    count: Arc<AtomicU64>,
+    /// Bound on opening a connection.
+    connect_timeout: Duration,
+    /// Bound on one reply.
+    response_timeout: Duration,
+    /// Stops the subscription task when the last handle goes.
+    _stop: DropGuard,
+}
+
+/// The primary found by one lookup.
+#[derive(Clone)]
+struct Primary {
+    /// `host:port` as the sentinels report it (shared: cloned with every request).
+    addr: Arc<str>,
+    /// A multiplexed connection to it, with the response timeout.
+    con: MultiplexedConnection,
+    /// Which lookup found it.
+    generation: u64,
+}
+
+/// What one sentinel said about the master.
+enum Answer {
+    /// It monitors it: where the primary is, and the epoch of that configuration.
+    Found { addr: String, epoch: u64 },
+    /// It answered, and monitors no master by that name.
+    Unknown,
+    /// It answered, but as a plain Redis server, not as a sentinel.
+    NotSentinel,
+    /// It could not be asked.
+    Failed(RedisError),
+}
+
+/// Why no primary could be found.
+enum LookupError {
+    /// Every sentinel that answered knows no master by that name.
+    UnknownMaster,
+    /// What answered was not a sentinel.
+    NotSentinels(String),
+    /// Sentinels or the primary could not be reached, or the node named is not primary (yet).
+    Unavailable(RedisError),
+}
+
+impl std::fmt::Debug for SentinelConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let current = self
+            .inner
+            .current
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().map(|p| p.addr.to_string()));
+        f.debug_struct("SentinelConn")
+            .field("master", &self.inner.url.master)
+            .field("sentinels", &self.inner.url.sentinels)
+            .field("primary", &current)
+            .finish()
+    }
+}
+
+impl SentinelConn {
+    /// Finds the primary (a clear error when the master name is unknown, what answered is not a
+    /// sentinel, or nothing answers) and starts following `+switch-master`.
+    pub(crate) async fn connect(
+        url: SentinelUrl,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        count: Arc<AtomicU64>,
+    ) -> Result<Self> {
+        let stop = CancellationToken::new();
+        let conn = SentinelConn {
+            inner: Arc::new(Inner {
+                url,
+                current: Mutex::new(None),
+                resolving: tokio::sync::Mutex::new(None),
+                next_generation: AtomicU64::new(1),
+                count,
+                connect_timeout,
+                response_timeout,
+                _stop: stop.clone().drop_guard(),
+            }),
+        };
+        let primary = conn.lookup().await.map_err(|e| conn.connect_error(e))?;
+        tracing::debug!(master = %conn.inner.url.master, primary = %primary.addr, "sentinel primary found");
+        *conn.inner.current.lock().expect("primary lock") = Some(primary);
+        tokio::spawn(watch(Arc::downgrade(&conn.inner), stop));
+        Ok(conn)
+    }
+
+    /// The primary's address and a client for it (for dedicated connections), looking it up if
+    /// none is known.
+    pub(crate) async fn primary_addr(&self) -> RedisResult<String> {
+        Ok(self.primary().await?.addr.to_string())
+    }
+
+    /// A client for the data node at `addr`.
+    pub(crate) fn data_client(&self, addr: &str) -> RedisResult<redis::Client> {
+        self.inner.url.data.client(addr)
+    }
+
+    /// A request on a connection to `addr` failed in a way that says the primary moved (or may
+    /// have): look it up again before the next request.
+    pub(crate) fn forget_addr(&self, addr: &str, why: &str) {
+        let mut current = self.inner.current.lock().expect("primary lock");
+        if current.as_ref().is_some_and(|p| &*p.addr == addr) {
+            tracing::debug!(primary = addr, why, "looking the sentinel primary up again");
+            *current = None;
+        }
+    }
+
+    fn forget(&self, generation: u64, why: &str) {
+        let mut current = self.inner.current.lock().expect("primary lock");
+        if current.as_ref().is_some_and(|p| p.generation == generation) {
+            tracing::debug!(why, "looking the sentinel primary up again");
+            *current = None;
+        }
+    }
+
+    fn current(&self) -> Option<Primary> {
+        self.inner.current.lock().expect("primary lock").clone()
+    }
+
+    async fn primary(&self) -> RedisResult<Primary> {
+        if let Some(p) = self.current() {
+            return Ok(p);
+        }
+        let asked = tokio::time::Instant::now();
+        let mut last_failure = self.inner.resolving.lock().await;
+        if let Some(p) = self.current() {
+            return Ok(p);
+        }
+        if let Some((at, e)) = &*last_failure {
+            if *at >= asked {
+                return Err(e.clone());
+            }
+        }
+        let p = self.lookup().await.map_err(|e| match e {
+            LookupError::Unavailable(e) => e,
+            LookupError::UnknownMaster => io_error(
+                "sentinels no longer know the master",
+                format!(
+                    "no sentinel monitors a master named `{}` any more",
+                    self.inner.url.master
+                ),
+            ),
+            LookupError::NotSentinels(which) => io_error(
+                "not a sentinel",
+                format!("{which} answered as a Redis server, not as a sentinel"),
+            ),
+        });
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => {
+                *last_failure = Some((tokio::time::Instant::now(), e.clone()));
+                return Err(e);
+            }
+        };
+        tracing::info!(master = %self.inner.url.master, primary = %p.addr, "following the sentinels: primary is now {}", p.addr);
+        *self.inner.current.lock().expect("primary lock") = Some(p.clone());
+        Ok(p)
+    }
+
+    /// Asks every sentinel, picks the primary, connects and checks its role.
+    async fn lookup(&self) -> std::result::Result<Primary, LookupError> {
+        let inner = &self.inner;
+        let sentinels = &inner.url.sentinels;
+        let majority = sentinels.len() / 2 + 1;
+        let mut asking: FuturesUnordered<_> = sentinels
+            .iter()
+            .map(|s| async move { (s, self.ask(s).await) })
+            .collect();
+        let mut found: Vec<(String, u64)> = Vec::new();
+        let (mut unknown, mut not_sentinel, mut failures) = (0, Vec::new(), Vec::new());
+        while let Some((sentinel, answer)) = asking.next().await {
+            match answer {
+                Answer::Found { addr, epoch } => found.push((addr, epoch)),
+                Answer::Unknown => unknown += 1,
+                Answer::NotSentinel => not_sentinel.push(sentinel.clone()),
+                Answer::Failed(e) => failures.push(format!("{sentinel}: {e}")),
+            }
+            if found.len() >= majority {
+                break;
+            }
+        }
+        drop(asking);
+        let Some((addr, _)) = found.into_iter().max_by_key(|(_, epoch)| *epoch) else {
+            if unknown > 0 && not_sentinel.is_empty() {
+                return Err(LookupError::UnknownMaster);
+            }
+            if !not_sentinel.is_empty() && unknown == 0 && failures.is_empty() {
+                return Err(LookupError::NotSentinels(not_sentinel.join(", ")));
+            }
+            let mut why = failures;
+            why.extend(not_sentinel.iter().map(|s| format!("{s}: not a sentinel")));
+            return Err(LookupError::Unavailable(io_error(
+                "no sentinel answered",
+                format!(
+                    "asked {} sentinel(s) for master `{}`: {}",
+                    sentinels.len(),
+                    inner.url.master,
+                    why.join("; ")
+                ),
+            )));
+        };
+        let mut con = node::open(
+            &inner.url.data,
+            &addr,
+            inner.connect_timeout,
+            Some(inner.response_timeout),
+        )
+        .await
+        .map_err(|e| {
+            LookupError::Unavailable(io_error(
+                "the primary the sentinels name cannot be reached",
+                format!("{addr}: {e}"),
+            ))
+        })?;
+        inner.count.fetch_add(1, Ordering::Relaxed);
+        let role: Value = redis::cmd("ROLE")
+            .query_async(&mut con)
+            .await
+            .map_err(LookupError::Unavailable)?;
+        inner.count.fetch_add(1, Ordering::Relaxed);
+        let role = match role {
+            Value::Array(items) => items
+                .into_iter()
+                .next()
+                .and_then(|v| redis::from_redis_value::<String>(v).ok()),
+            _ => None,
+        };
+        if role.as_deref() != Some("master") {
+            return Err(LookupError::Unavailable(io_error(
+                "the node the sentinels name is not primary (a failover is under way?)",
+                format!(
+                    "{addr} says its role is {}",
+                    role.as_deref().unwrap_or("unknown")
+                ),
+            )));
+        }
+        Ok(Primary {
+            addr: addr.into(),
+            con,
+            generation: inner.next_generation.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// `SENTINEL MASTER <name>` on one sentinel, bounded in time.
+    async fn ask(&self, sentinel: &str) -> Answer {
+        let inner = &self.inner;
+        let asked = async {
+            let mut con = node::open(
+                &inner.url.sentinel,
+                sentinel,
+                inner.connect_timeout,
+                Some(inner.response_timeout),
+            )
+            .await?;
+            inner.count.fetch_add(1, Ordering::Relaxed);
+            let reply = redis::cmd("SENTINEL")
+                .arg("MASTER")
+                .arg(&inner.url.master)
+                .query_async::<HashMap<String, String>>(&mut con)
+                .await;
+            inner.count.fetch_add(1, Ordering::Relaxed);
+            reply
+        };
+        let bound = inner.connect_timeout + inner.response_timeout * 2;
+        match tokio::time::timeout(bound, asked).await {
+            Err(_) => Answer::Failed(io_error(
+                "the sentinel did not answer in time",
+                format!("no answer within {} ms", bound.as_millis()),
+            )),
+            Ok(Ok(master)) => {
+                let ip = master.get("ip").cloned().unwrap_or_default();
+                let port = master.get("port").and_then(|p| p.parse::<u16>().ok());
+                let epoch = master
+                    .get("config-epoch")
+                    .and_then(|e| e.parse().ok())
+                    .unwrap_or(0);
+                match port {
+                    Some(port) if !ip.is_empty() => Answer::Found {
+                        addr: node::addr(&ip, port),
+                        epoch,
+                    },
+                    _ => Answer::Failed(io_error(
+                        "the sentinel gave no address",
+                        "SENTINEL MASTER lacked ip or port".to_owned(),
+                    )),
+                }
+            }
+            Ok(Err(e)) => {
+                let detail = e.detail().unwrap_or("").to_ascii_lowercase();
+                if detail.contains("no such master") {
+                    Answer::Unknown
+                } else if detail.contains("unknown command")
+                    || detail.contains("unknown subcommand")
+                {
+                    Answer::NotSentinel
+                } else {
+                    Answer::Failed(e)
+                }
+            }
+        }
+    }
+
+    fn connect_error(&self, e: LookupError) -> Error {
+        let url = &self.inner.url;
+        match e {
+            LookupError::UnknownMaster => Error::invalid(
+                "sentinel master name",
+                format!(
+                    "no sentinel at {} monitors a master named `{}`; check the #name at the end of the URL (`SENTINEL MASTERS` on a sentinel lists the names)",
+                    url.sentinels.join(","),
+                    url.master
+                ),
+            ),
+            LookupError::NotSentinels(which) => Error::invalid(
+                "store url",
+                format!(
+                    "{which} answered as a Redis server, not as a sentinel; list the sentinels (port {} by default) in a redis-sentinel:// URL, or use redis://host:port for one server",
+                    super::topology::SENTINEL_PORT
+                ),
+            ),
+            LookupError::Unavailable(source) => Error::Redis {
+                phase: Phase::Connect,
+                source,
+            },
+        }
+    }
+
+    /// Sends `op` to the primary; once more to the primary looked up again if it failed because the
+    /// primary moved (`READONLY`, a broken connection).
+    async fn send<'a, T, F>(&self, resend: bool, op: F) -> RedisResult<T>
+    where
+        F: Fn(MultiplexedConnection) -> RedisFuture<'a, T>,
+        T: Refusal,
+    {
+        let mut attempt = 0;
+        loop {
+            let p = self.primary().await?;
+            if attempt > 0 {
+                self.inner.count.fetch_add(1, Ordering::Relaxed);
+            }
+            attempt += 1;
+            let last = attempt == 2 || !resend;
+            match op(p.con.clone()).await {
+                Ok(v) if v.is_readonly() => {
+                    self.forget(p.generation, "READONLY");
+                    if last {
+                        return Ok(v);
+                    }
+                }
+                Ok(v) => return Ok(v),
+                Err(e) if is_readonly(&e) || is_connection_failure(&e) => {
+                    self.forget(p.generation, "the connection failed");
+                    if last {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A reply that says the node refused a write because it is a replica now.
+trait Refusal {
+    fn is_readonly(&self) -> bool;
+}
+
+impl Refusal for Value {
+    fn is_readonly(&self) -> bool {
+        server_error(self).is_some_and(|e| is_readonly(&e))
+    }
+}
+
+impl Refusal for Vec<Value> {
+    fn is_readonly(&self) -> bool {
+        self.iter().any(Refusal::is_readonly)
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let resend = !is_blocking(cmd);
+        Box::pin(async move {
+            self.send(resend, move |mut con| {
+                Box::pin(async move { con.send_packed_command(cmd).await })
+            })
+            .await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let resend = !pipeline.cmd_iter().any(is_blocking);
+        Box::pin(async move {
+            self.send(resend, move |mut con| {
+                Box::pin(async move { con.send_packed_commands(pipeline, offset, count).await })
+            })
+            .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.url.data.db
+    }
+}
+
+/// Listens for `+switch-master` on one sentinel after another (the next when one goes silent), and
+/// drops the primary when the master it follows switched. Ends when the last handle goes.
+async fn watch(inner: Weak<Inner>, stop: CancellationToken) {
+    let mut next = 0usize;
+    let mut subscribed_before = false;
+    loop {
+        let Some(conn) = inner.upgrade().map(|inner| SentinelConn { inner }) else {
+            return;
+        };
+        let sentinels = conn.inner.url.sentinels.clone();
+        let sentinel = sentinels[next % sentinels.len()].clone();
+        next += 1;
+        let subscription = tokio::time::timeout(
+            conn.inner.connect_timeout + conn.inner.response_timeout,
+            subscribe(&conn, &sentinel),
+        )
+        .await;
+        let (mut sink, mut stream) = match subscription {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(sentinel, error = %e, "cannot subscribe to +switch-master");
+                drop(conn);
+                if pause(&stop).await {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => {
+                drop(conn);
+                if pause(&stop).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        if subscribed_before {
+            // A switch announced while no sentinel was listened to would go unseen: look again.
+            let before = conn.current().map(|p| p.addr);
+            if let Ok(found) = conn.lookup().await {
+                if before.as_deref() != Some(&*found.addr) {
+                    if let Some(old) = before {
+                        conn.forget_addr(&old, "the sentinels name another primary");
+                    }
+                }
+            }
+        }
+        subscribed_before = true;
+        let (master, response_timeout) =
+            (conn.inner.url.master.clone(), conn.inner.response_timeout);
+        drop(conn);
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                msg = stream.next() => {
+                    let Some(msg) = msg else { break };
+                    let Ok(payload) = msg.get_payload::<String>() else { continue };
+                    // "<master name> <old ip> <old port> <new ip> <new port>"
+                    let parts: Vec<&str> = payload.split(' ').collect();
+                    if let [name, old_ip, old_port, new_ip, new_port] = parts[..] {
+                        if name != master {
+                            continue;
+                        }
+                        let Some(conn) = inner.upgrade().map(|inner| SentinelConn { inner }) else {
+                            return;
+                        };
+                        tracing::info!(master = name, from = %format!("{old_ip}:{old_port}"), to = %format!("{new_ip}:{new_port}"), "sentinels switched the primary");
+                        if let Ok(port) = old_port.parse::<u16>() {
+                            conn.forget_addr(&node::addr(old_ip, port), "+switch-master");
+                        }
+                        // Whatever we use, if it is not the new primary, must go.
+                        if let (Some(p), Ok(port)) = (conn.current(), new_port.parse::<u16>()) {
+                            if *p.addr != node::addr(new_ip, port) {
+                                conn.forget(p.generation, "+switch-master");
+                            }
+                        }
+                    }
+                }
+                _ = ping.tick() => {
+                    let alive = tokio::time::timeout(response_timeout, sink.ping::<Value>()).await;
+                    if !matches!(alive, Ok(Ok(_))) {
+                        tracing::debug!(sentinel, "the sentinel went silent; listening to the next one");
+                        break;
+                    }
+                }
+            }
+        }
+        if pause(&stop).await {
+            return;
+        }
+    }
+}
+
+/// A pub/sub connection to `sentinel`, subscribed to `+switch-master`.
+async fn subscribe(
+    conn: &SentinelConn,
+    sentinel: &str,
+) -> RedisResult<(redis::aio::PubSubSink, redis::aio::PubSubStream)> {
+    let client = conn.inner.url.sentinel.client(sentinel)?;
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe("+switch-master").await?;
+    Ok(pubsub.split())
+}
+
+/// Waits before the next subscription attempt; `true` when told to stop meanwhile.
+async fn pause(stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => true,
+        _ = tokio::time::sleep(RESUBSCRIBE_PAUSE) => false,
+    }
+}

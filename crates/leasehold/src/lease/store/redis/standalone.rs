@@ -1,0 +1,127 @@
+//! One Redis server (`redis://`, `rediss://`): the shared connection reconnects to the same address,
+//! which is all a single server, or a managed service that moves one name on failover, needs.
+//!
+//! Promise: the server is asked once at connect, so an unreachable server or wrong credentials fail
+//! there, and a URL that reaches a cluster node or a sentinel is refused with the URL to use instead.
+//! Limit: it follows no failover by itself; behind one DNS name it reaches a new primary only when
+//! the name moves.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManagerConfig;
+use redis::AsyncConnectionConfig;
+
+use super::conn::{Nodes, Route};
+use super::{node, within};
+use crate::error::{Error, Phase, Result};
+use crate::lease::store::Settings;
+
+/// One server: checks that it answers (and takes the credentials) and is neither a cluster
+/// node nor a sentinel, then opens the reconnecting shared connection. The connection that
+/// asked serves as the first dedicated (blocking) connection.
+pub(super) async fn connect(
+    url: &str,
+    location: &str,
+    settings: &Settings,
+    round_trips: Arc<AtomicU64>,
+) -> Result<(Route, Nodes, redis::aio::MultiplexedConnection)> {
+    let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
+    let tls = url.starts_with("rediss://");
+    let client = redis::Client::open(url).map_err(|e| {
+        Error::invalid(
+            "redis url",
+            format!(
+                "`{location}` was refused ({}); use redis://[user:password@]host[:port][/db] or rediss://... for TLS",
+                e.detail().unwrap_or("malformed")
+            ),
+        )
+    })?;
+    let client = match &settings.tls_root_ca_pem {
+        None => client,
+        Some(pem) => {
+            if !tls {
+                return Err(Error::invalid(
+                    "tls root certificate",
+                    format!("it was given for `{location}`, which is not a TLS URL; use rediss://"),
+                ));
+            }
+            redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            )
+            .map_err(|e| {
+                Error::invalid(
+                    "tls root certificate",
+                    format!("it was refused ({e}); give PEM-encoded certificate(s)"),
+                )
+            })?
+        }
+    };
+
+    // Fail fast and clearly on an unreachable server or bad credentials.
+    let probe_config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(None);
+    let mut probe = within(
+        Phase::Connect,
+        connect_timeout + response_timeout,
+        client.get_multiplexed_async_connection_with_config(&probe_config),
+    )
+    .await?;
+    round_trips.fetch_add(1, Ordering::Relaxed);
+    // A server that requires AUTH accepts the connection and refuses commands: ask once, so that
+    // missing or wrong credentials are a connect error, not a surprise on the first acquire. The
+    // same question says whether it is a cluster node or a sentinel, which this URL cannot use.
+    let mode = within(
+        Phase::Connect,
+        response_timeout,
+        node::redis_mode(&mut probe),
+    )
+    .await?;
+    round_trips.fetch_add(1, Ordering::Relaxed);
+    match mode.as_deref() {
+        Some("cluster") => {
+            return Err(Error::invalid(
+                "store url",
+                format!(
+                    "`{location}` is a Redis Cluster node; use redis-cluster://host:port[,host:port...] so that each lease goes to the master of its slot"
+                ),
+            ))
+        }
+        Some("sentinel") => {
+            return Err(Error::invalid(
+                "store url",
+                format!(
+                    "`{location}` is a sentinel, not a data node; use redis-sentinel://host[:port][,host[:port]...]#<master name>"
+                ),
+            ))
+        }
+        _ => {}
+    }
+
+    let manager_config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(response_timeout))
+        .set_connection_timeout(Some(connect_timeout))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(200));
+    let manager = within(
+        Phase::Connect,
+        connect_timeout * 2 + response_timeout,
+        redis::aio::ConnectionManager::new_with_config(client.clone(), manager_config),
+    )
+    .await?;
+    round_trips.fetch_add(1, Ordering::Relaxed);
+    Ok((
+        Route::Standalone(manager),
+        Nodes::Standalone {
+            client: Box::new(client),
+        },
+        probe,
+    ))
+}

@@ -55,8 +55,8 @@ pub enum LostReason {
     /// The holder's own deadline (measured from before the acquire was sent, minus drift) passed without
     /// a successful renewal. Redis may not have expired the key yet; it does not matter.
     DeadlinePassed,
-    /// Redis answered a renewal: the key no longer holds our token (it expired, or was force-released
-    /// and perhaps taken by someone else).
+    /// The store answered a renewal: it no longer holds our token (the lease expired, or was
+    /// force-released and perhaps taken by someone else).
     NotOurs,
     /// The configured maximum hold time was reached; renewal stopped on purpose.
     MaxHoldReached,
@@ -66,7 +66,9 @@ impl std::fmt::Display for LostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             LostReason::DeadlinePassed => "its deadline passed without a successful renewal",
-            LostReason::NotOurs => "Redis no longer holds our token (expired or force-released)",
+            LostReason::NotOurs => {
+                "the store no longer holds our token (expired or force-released)"
+            }
             LostReason::MaxHoldReached => "the maximum hold time was reached",
         })
     }
@@ -118,6 +120,15 @@ pub enum Error {
         /// The driver's error.
         #[source]
         source: redis::RedisError,
+    },
+    /// The PostgreSQL lease store could not reach the database or got an error from it.
+    #[error("postgres lease store failed during {phase}: {source}")]
+    Postgres {
+        /// What we were doing.
+        phase: Phase,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
     },
     /// `WAIT` after acquire returned fewer replica acknowledgements than asked for, under the
     /// fail-closed policy: the lease was released again.
@@ -229,6 +240,9 @@ impl Error {
                     sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
                 ) || is_serialization_failure(e)
             }
+            Error::Postgres { source, .. } => {
+                is_postgres_unreachable(source) || is_serialization_failure(source)
+            }
             Error::LeaseLost { .. }
             | Error::Invalid { .. }
             | Error::StaleFence { .. }
@@ -265,6 +279,11 @@ impl Error {
                     | sqlx::Error::PoolClosed
                     | sqlx::Error::Tls(_)
             ),
+            // A statement the server refused (a constraint, a permission) is an answer, not an
+            // outage.
+            Error::Postgres { phase, source } => {
+                *phase == Phase::Connect || is_postgres_unreachable(source)
+            }
             _ => false,
         }
     }
@@ -292,6 +311,23 @@ fn timeout_consequence(phase: Phase) -> &'static str {
         }
         Phase::FencedWrite => "; the write may have committed: check before retrying",
         _ => "",
+    }
+}
+
+/// The connection failed, or the server says it is shutting down, starting, out of connections or
+/// resources (SQLSTATE classes 08, 53, 57P): a later attempt may get through.
+fn is_postgres_unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57P")),
+        _ => false,
     }
 }
 

@@ -44,6 +44,17 @@ impl Env {
         }
     }
 
+    /// A schema of its own on the test PostgreSQL database, migrated.
+    #[cfg(feature = "postgres")]
+    async fn postgres() -> Env {
+        let schema = lease_support::pg::PgSchema::create().await;
+        Env {
+            url: schema.url(),
+            prefix: unique_prefix("postgres"),
+            _servers: Box::new(schema),
+        }
+    }
+
     async fn client(&self) -> LeaseClient {
         LeaseClient::builder(&self.url)
             .key_prefix(&self.prefix)
@@ -388,4 +399,4 @@ macro_rules! stores {
     )*};
 }
 
-stores!(redis);
+stores!(redis, postgres if "postgres");

@@ -87,7 +87,16 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// Opens the store the URL names (`redis://`, `rediss://`; see
+    /// How long the store keeps what it knows of a name nobody holds any more (its last fence, the
+    /// memory of a release so that a retried release is recognised) before deleting it, so that
+    /// names no longer used leave nothing behind. PostgreSQL deletes such rows after this (default
+    /// 1 h); a later holder of the name still gets a larger fence. Between 1 ms and 30 days.
+    pub fn idle_retention(mut self, retention: Duration) -> Self {
+        self.settings.idle_retention = Some(retention);
+        self
+    }
+
+    /// Opens the store the URL names (`redis://`, `rediss://`, `postgres://`; see
     /// [`SCHEMES`](crate::lease::SCHEMES) for what this build knows) and spawns the client's renewal
     /// task. Call it inside a Tokio runtime: the task lives as long as the client or any of its
     /// leases.
@@ -113,6 +122,17 @@ impl LeaseClientBuilder {
                     format!(
                         "{} ms is out of range; use between 1 ms and 1 h",
                         d.as_millis()
+                    ),
+                ));
+            }
+        }
+        if let Some(r) = self.settings.idle_retention {
+            if r < Duration::from_millis(1) || r > Duration::from_secs(30 * 24 * 3600) {
+                return Err(Error::invalid(
+                    "idle retention",
+                    format!(
+                        "{} ms is out of range; use between 1 ms and 30 days",
+                        r.as_millis()
                     ),
                 ));
             }
@@ -191,7 +211,9 @@ enum Outcome {
 
 impl LeaseClient {
     /// Starts a builder for the store at `url`: `redis://[user:password@]host[:port][/db]`,
-    /// `rediss://…` (TLS), and whatever else [`SCHEMES`](crate::lease::SCHEMES) lists.
+    /// `rediss://…` (TLS), `postgres://user[:password]@host[:port]/database` (a database where
+    /// [`Database::migrate`](crate::db::Database::migrate) ran), and whatever else
+    /// [`SCHEMES`](crate::lease::SCHEMES) lists.
     pub fn builder(url: impl Into<String>) -> LeaseClientBuilder {
         LeaseClientBuilder {
             url: url.into(),
@@ -200,6 +222,7 @@ impl LeaseClient {
                 response_timeout: Duration::from_secs(2),
                 connect_timeout: Duration::from_secs(2),
                 tls_root_ca_pem: None,
+                idle_retention: None,
             },
         }
     }

@@ -14,6 +14,8 @@
 //!
 //! Limit: a store promises nothing about a holder that is paused past its deadline; fence the resource.
 
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 
@@ -35,12 +37,15 @@ use crate::lease::options::LeaseOptions;
 pub enum StoreKind {
     /// One Redis primary (`redis://`, `rediss://`).
     Redis,
+    /// A table in a PostgreSQL database (`postgres://`, `postgresql://`).
+    Postgres,
 }
 
 impl fmt::Display for StoreKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             StoreKind::Redis => "redis",
+            StoreKind::Postgres => "postgres",
         })
     }
 }
@@ -77,6 +82,10 @@ pub const SCHEMES: &[&str] = &[
     "redis://",
     #[cfg(feature = "redis")]
     "rediss://",
+    #[cfg(feature = "postgres")]
+    "postgres://",
+    #[cfg(feature = "postgres")]
+    "postgresql://",
 ];
 
 /// Settings every store takes from [`LeaseClientBuilder`](crate::LeaseClientBuilder).
@@ -90,6 +99,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     /// PEM roots to trust for TLS instead of the built-in ones.
     pub(crate) tls_root_ca_pem: Option<Vec<u8>>,
+    /// How long the store keeps what it knows of a name nobody holds (`None`: the store's default).
+    pub(crate) idle_retention: Option<Duration>,
 }
 
 impl fmt::Debug for Settings {
@@ -99,6 +110,7 @@ impl fmt::Debug for Settings {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("tls_root_ca_pem", &self.tls_root_ca_pem.is_some())
+            .field("idle_retention", &self.idle_retention)
             .finish()
     }
 }
@@ -236,6 +248,10 @@ pub(crate) async fn open(url: &str, settings: Settings) -> Result<Arc<dyn Store>
     match scheme {
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(url, settings).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(
+            postgres::PostgresStore::connect(url, settings).await?,
+        )),
         _ => Err(unknown_scheme(url)),
     }
 }
@@ -280,6 +296,7 @@ mod tests {
             response_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             tls_root_ca_pem: None,
+            idle_retention: None,
         };
         let err = open("mongodb://u:secret@h/db", settings).await.unwrap_err();
         let msg = err.to_string();

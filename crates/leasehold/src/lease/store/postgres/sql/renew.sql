@@ -1,0 +1,9 @@
+-- renew: reset the TTL of every lease of the batch that still holds its token and has not expired.
+-- $1 prefix, $2 names, $3 tokens, $4 ttls in milliseconds (arrays of one length).
+-- One row per renewed lease: its name and token.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE leasehold_leases AS l
+SET expires_at = now.t + asked.ttl_ms * interval '1 millisecond'
+FROM unnest($2::text[], $3::text[], $4::bigint[]) AS asked(name, token, ttl_ms), now
+WHERE l.prefix = $1 AND l.name = asked.name AND l.token = asked.token AND l.expires_at > now.t
+RETURNING l.name, l.token

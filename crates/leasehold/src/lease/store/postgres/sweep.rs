@@ -1,0 +1,80 @@
+//! The sweeper: deletes lease rows nobody has held for longer than the idle retention, so names
+//! that are no longer used leave nothing behind.
+//!
+//! Every store sweeps the whole table (all prefixes) on its own connection, soon after it connects
+//! and then every half retention (at most every minute, at least every 50 ms), with jitter; sweeps
+//! of several processes overlap harmlessly (locked rows are skipped, deleted rows are gone).
+//! Limit: the shortest retention among the clients of one table wins; a table nobody connects to is
+//! not swept.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::Connection;
+use tokio_util::sync::CancellationToken;
+
+use super::statements::{self, SWEEP_BATCH};
+
+/// Starts sweeping in the background until `stop` is cancelled.
+pub(super) fn spawn(
+    options: PgConnectOptions,
+    retention: Duration,
+    timeout: Duration,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let every = (retention / 2).clamp(Duration::from_millis(50), Duration::from_secs(60));
+        // The first sweep soon (a short-lived process such as a cron job's `leasehold run` still
+        // does its share), the next ones spread out so that processes started together do not
+        // sweep together.
+        let mut pause = jitter(every.min(Duration::from_secs(2)));
+        let mut conn: Option<PgConnection> = None;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            match tokio::time::timeout(timeout, sweep(&options, &mut conn, retention)).await {
+                Ok(Ok(0)) => {}
+                Ok(Ok(n)) => tracing::debug!(rows = n, "swept idle lease rows"),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "sweeping idle lease rows failed; trying again later");
+                    conn = None;
+                }
+                Err(_) => {
+                    tracing::debug!("sweeping idle lease rows timed out; trying again later");
+                    conn = None;
+                }
+            }
+            pause = every / 2 + jitter(every);
+        }
+    });
+}
+
+/// Deletes idle rows in batches until a batch comes back short; returns how many.
+async fn sweep(
+    options: &PgConnectOptions,
+    conn: &mut Option<PgConnection>,
+    retention: Duration,
+) -> Result<u64, sqlx::Error> {
+    let c = match conn {
+        Some(c) => c,
+        None => conn.insert(PgConnection::connect_with(options).await?),
+    };
+    let mut total = 0;
+    loop {
+        let n = statements::sweep(retention)
+            .execute(&mut *c)
+            .await?
+            .rows_affected();
+        total += n;
+        if n < SWEEP_BATCH as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Up to `d`, at random.
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(rand::random::<f64>())
+}

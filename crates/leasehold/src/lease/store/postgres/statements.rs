@@ -151,3 +151,364 @@ pub(super) fn payload_name<'a>(payload: &'a str, prefix: &str) -> Option<&'a str
         .strip_prefix(prefix)
         .and_then(|rest| rest.strip_prefix(PAYLOAD_SEPARATOR))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use sqlx::postgres::{PgConnectOptions, PgConnection};
+    use sqlx::Connection;
+
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+    const P: &str = "t";
+
+    /// A migrated schema of its own on the test database, and connections that use it; dropped
+    /// by [`Schema::drop_now`] at the end of a passing test.
+    struct Schema {
+        name: String,
+        options: PgConnectOptions,
+    }
+
+    impl Schema {
+        async fn new() -> Schema {
+            let url = leasehold_testkit::postgres_url();
+            let name = format!("lh_stmt_{:016x}", rand::random::<u64>());
+            let db = crate::db::Database::builder(&url)
+                .postgres_schema(&name)
+                .max_connections(1)
+                .connect()
+                .await
+                .expect("PostgreSQL must be reachable (LEASEHOLD_TEST_DATABASE_URL)");
+            db.migrate().await.unwrap();
+            db.close().await;
+            let options = PgConnectOptions::from_str(&url)
+                .unwrap()
+                .options([("search_path", name.as_str())]);
+            Schema { name, options }
+        }
+
+        async fn conn(&self) -> PgConnection {
+            PgConnection::connect_with(&self.options).await.unwrap()
+        }
+
+        async fn drop_now(self, mut conn: PgConnection) {
+            sqlx::query(&format!("DROP SCHEMA {} CASCADE", self.name))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+
+    async fn acquire_(
+        c: &mut PgConnection,
+        token: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> AcquireRow {
+        acquire(P.into(), "n".into(), token.into(), ttl, wait)
+            .fetch_one(c)
+            .await
+            .unwrap()
+    }
+
+    async fn release_(c: &mut PgConnection, token: &str) -> (bool, i64) {
+        let (_, _, released, notified) = release(P.into(), vec!["n".into()], vec![token.into()])
+            .fetch_one(c)
+            .await
+            .unwrap();
+        (released, notified)
+    }
+
+    async fn renew_(c: &mut PgConnection, token: &str) -> bool {
+        !renew(
+            P.into(),
+            vec!["n".into()],
+            vec![token.into()],
+            vec![30 * SEC],
+        )
+        .fetch_all(c)
+        .await
+        .unwrap()
+        .is_empty()
+    }
+
+    async fn force_(c: &mut PgConnection) -> (bool, i64, i64) {
+        force_release(P.into(), "n".into())
+            .fetch_one(c)
+            .await
+            .unwrap()
+    }
+
+    async fn row_count(c: &mut PgConnection) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM leasehold_leases")
+            .fetch_one(c)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_statement_run_twice_has_the_effect_of_running_once() {
+        // A call retried on a fresh connection sends the same statement again; the first one may
+        // have run. Each statement, really run twice against the server:
+        let s = Schema::new().await;
+        let mut c = s.conn().await;
+        let first = acquire_(&mut c, "a", 30 * SEC, SEC).await;
+        let again = acquire_(&mut c, "a", 30 * SEC, SEC).await;
+        assert!(first.0, "{first:?}");
+        assert_eq!(
+            (first.0, first.1),
+            (again.0, again.1),
+            "a retried acquire gets the same lease and fence"
+        );
+        assert!(renew_(&mut c, "a").await && renew_(&mut c, "a").await);
+        assert!(release_(&mut c, "a").await.0);
+        assert!(
+            release_(&mut c, "a").await.0,
+            "a retried release says released"
+        );
+        assert!(!renew_(&mut c, "a").await, "released: renewing is refused");
+        // The next holder is untouched by a late retry of the previous holder's release, and its
+        // fence is above the first holder's.
+        let b = acquire_(&mut c, "b", 30 * SEC, SEC).await;
+        assert!(b.0 && b.1 > first.1, "{b:?} after {first:?}");
+        assert!(release_(&mut c, "a").await.0);
+        assert!(
+            !acquire_(&mut c, "c", 30 * SEC, Duration::ZERO).await.0,
+            "b's lease must survive a's retried release"
+        );
+        // Someone who never held it is told "not yours", before and after a release.
+        assert!(!release_(&mut c, "c").await.0);
+        let (e1, f1, _) = force_(&mut c).await;
+        let (e2, f2, _) = force_(&mut c).await;
+        assert!(
+            e1 && !e2 && f1 > b.1 && f2 > f1,
+            "forced twice: evicts once, the fence only moves up"
+        );
+        assert!(
+            !release_(&mut c, "b").await.0,
+            "the evicted holder's release is refused"
+        );
+        s.drop_now(c).await;
+    }
+
+    #[tokio::test]
+    async fn only_a_release_someone_waits_for_notifies() {
+        let s = Schema::new().await;
+        let mut c = s.conn().await;
+        assert!(!acquire_(&mut c, "a", 30 * SEC, 10 * SEC).await.2);
+        // A try (no wait) told "busy" announces no waiter.
+        assert!(!acquire_(&mut c, "b", 30 * SEC, Duration::ZERO).await.0);
+        assert_eq!(release_(&mut c, "a").await, (true, 0), "nobody to notify");
+
+        assert!(acquire_(&mut c, "a", 30 * SEC, SEC).await.0);
+        let busy = acquire_(&mut c, "b", 30 * SEC, 5 * SEC).await;
+        assert!(!busy.0 && busy.3.is_some_and(|ms| ms > 25_000), "{busy:?}");
+        assert_eq!(
+            release_(&mut c, "a").await,
+            (true, 1),
+            "the waiter is notified"
+        );
+        // B takes it; the marker now covers B's hold, so B's release notifies the next one too.
+        let taken = acquire_(&mut c, "b", 30 * SEC, 5 * SEC).await;
+        assert!(taken.0 && taken.2, "{taken:?}");
+        assert_eq!(release_(&mut c, "b").await, (true, 1));
+        // Forcing notifies a waiter as well.
+        assert!(acquire_(&mut c, "c", 30 * SEC, SEC).await.0);
+        assert!(!acquire_(&mut c, "d", 30 * SEC, 5 * SEC).await.0);
+        assert_eq!(force_(&mut c).await.2, 1);
+        s.drop_now(c).await;
+    }
+
+    #[tokio::test]
+    async fn a_waiter_already_covered_by_the_marker_writes_nothing() {
+        let s = Schema::new().await;
+        let mut c = s.conn().await;
+        assert!(acquire_(&mut c, "a", 30 * SEC, SEC).await.0);
+        assert!(!acquire_(&mut c, "b", 30 * SEC, 20 * SEC).await.0);
+        let xmin = || sqlx::query_scalar::<_, String>("SELECT xmin::text FROM leasehold_leases");
+        let before = xmin().fetch_one(&mut c).await.unwrap();
+        // A shorter wait is covered: no new row version.
+        assert!(!acquire_(&mut c, "b", 30 * SEC, 10 * SEC).await.0);
+        assert_eq!(xmin().fetch_one(&mut c).await.unwrap(), before);
+        s.drop_now(c).await;
+    }
+
+    #[tokio::test]
+    async fn idle_rows_are_swept_after_the_retention_and_held_ones_never() {
+        let s = Schema::new().await;
+        let mut c = s.conn().await;
+        for (i, token) in ["a", "b", "c"].iter().enumerate() {
+            acquire(
+                P.into(),
+                format!("n{i}"),
+                (*token).into(),
+                30 * SEC,
+                Duration::ZERO,
+            )
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        }
+        release(P.into(), vec!["n0".into()], vec!["a".into()])
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        // n1: a holder that crashed: expired, never released.
+        acquire(
+            P.into(),
+            "n1".into(),
+            "b".into(),
+            Duration::from_millis(1),
+            Duration::ZERO,
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        let swept = sweep(Duration::from_secs(3600))
+            .execute(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            swept.rows_affected(),
+            0,
+            "nothing is older than the retention"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let swept = sweep(Duration::from_millis(10))
+            .execute(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            swept.rows_affected(),
+            2,
+            "the released row and the expired one"
+        );
+        assert_eq!(row_count(&mut c).await, 1, "n2 is held: it stays");
+        s.drop_now(c).await;
+    }
+
+    /// The fence rule's one hazard: a fence drawn before the statement waits, written after a later
+    /// holder's larger fence was committed and its row deleted. The interleaving is forced with an
+    /// open transaction that plays the later holder (it takes the lease, then its row vanishes, in
+    /// one commit) while the first acquirer waits.
+    async fn interleave(s: &Schema, naive: bool) -> (i64, i64) {
+        let mut setup = s.conn().await;
+        // A free row with an old fence, as any name that was held before.
+        acquire_(&mut setup, "old", 30 * SEC, Duration::ZERO).await;
+        release_(&mut setup, "old").await;
+        let mut t = s.conn().await;
+        let mut first = s.conn().await;
+        let first_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut first)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN").execute(&mut t).await.unwrap();
+        if naive {
+            // The later holder's session holds the row while the first acquirer draws its fence.
+            sqlx::query("SELECT 1 FROM leasehold_leases WHERE prefix = $1 FOR UPDATE")
+                .bind(P)
+                .execute(&mut t)
+                .await
+                .unwrap();
+        } else {
+            // The later holder runs the store's own acquire (advisory lock first).
+            acquire_(&mut t, "later", 30 * SEC, Duration::ZERO).await;
+        }
+        let waiting = tokio::spawn(async move {
+            if naive {
+                sqlx::query_scalar::<_, i64>(NAIVE_ACQUIRE)
+                    .bind(P)
+                    .bind("n")
+                    .bind("first")
+                    .fetch_one(&mut first)
+                    .await
+                    .unwrap()
+            } else {
+                acquire_(&mut first, "first", 30 * SEC, Duration::ZERO)
+                    .await
+                    .1
+            }
+        });
+        // Until the first acquirer is blocked on a lock.
+        loop {
+            let blocked: Option<String> =
+                sqlx::query_scalar("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1")
+                    .bind(first_pid)
+                    .fetch_one(&mut setup)
+                    .await
+                    .unwrap();
+            if blocked.as_deref() == Some("Lock") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let later: i64 = if naive {
+            sqlx::query_scalar(
+                "UPDATE leasehold_leases SET token = 'later', \
+                 fence = nextval('leasehold_lease_fence'), \
+                 expires_at = clock_timestamp() + interval '30 seconds' \
+                 WHERE prefix = $1 RETURNING fence",
+            )
+            .bind(P)
+            .fetch_one(&mut t)
+            .await
+            .unwrap()
+        } else {
+            sqlx::query_scalar("SELECT fence FROM leasehold_leases WHERE prefix = $1")
+                .bind(P)
+                .fetch_one(&mut t)
+                .await
+                .unwrap()
+        };
+        // The later holder's row vanishes (released and swept) in the same commit.
+        sqlx::query("DELETE FROM leasehold_leases WHERE prefix = $1")
+            .bind(P)
+            .execute(&mut t)
+            .await
+            .unwrap();
+        sqlx::query("COMMIT").execute(&mut t).await.unwrap();
+        let first = waiting.await.unwrap();
+        (later, first)
+    }
+
+    /// What a one-statement upsert without the advisory lock looks like: the fence is drawn in
+    /// VALUES, before the statement waits for the row.
+    const NAIVE_ACQUIRE: &str = "INSERT INTO leasehold_leases AS l (prefix, name, token, fence, expires_at) \
+         VALUES ($1, $2, $3, nextval('leasehold_lease_fence'), clock_timestamp() + interval '30 seconds') \
+         ON CONFLICT (prefix, name) DO UPDATE SET token = excluded.token, fence = excluded.fence, \
+         expires_at = excluded.expires_at \
+         WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() \
+         RETURNING fence";
+
+    #[tokio::test]
+    async fn a_fence_is_drawn_after_every_earlier_fence_of_the_name_was_stored() {
+        let s = Schema::new().await;
+        let (later, first) = interleave(&s, true).await;
+        assert!(
+            first < later,
+            "the naive upsert should show the hazard: it wrote {first} after {later} was issued"
+        );
+        let s2 = Schema::new().await;
+        let (later, first) = interleave(&s2, false).await;
+        assert!(
+            first > later,
+            "the store's acquire must draw its fence after the later holder's: {first} vs {later}"
+        );
+        let c = s.conn().await;
+        s.drop_now(c).await;
+        let c = s2.conn().await;
+        s2.drop_now(c).await;
+    }
+
+    #[tokio::test]
+    async fn the_probe_finds_the_tables_and_the_sequence_without_cache() {
+        let s = Schema::new().await;
+        let mut c = s.conn().await;
+        let (has_table, cache, _) = probe().fetch_one(&mut c).await.unwrap();
+        assert!(has_table);
+        assert_eq!(cache, Some(1));
+        s.drop_now(c).await;
+    }
+}

@@ -35,6 +35,15 @@ pub(crate) enum Command {
     List(ListArgs),
     /// UNSAFE operator override: take a lease away from its holder and advance its fence.
     Release(ReleaseArgs),
+    /// Create or upgrade leasehold's tables in a PostgreSQL or SQLite database: the lease table a
+    /// postgres:// store needs, and the tables of fenced writes, idempotency keys and the inbox.
+    ///
+    /// Run it once before the first `leasehold run --store postgres://…` (the store does not change
+    /// the schema by itself). Idempotent and safe to run from several places at once.
+    ///
+    /// Exit codes: 0 done; 2 bad URL or a database that refuses the credentials; 69 unreachable.
+    #[command(after_help = "Example: leasehold migrate --store postgres://app@db.internal/app")]
+    Migrate(MigrateArgs),
     /// Tell the story live: each naive lock failing, and its fix.
     Demo(leasehold_lab::demo::DemoArgs),
     /// Inject faults and count which strategy keeps data correct.
@@ -52,8 +61,9 @@ pub(crate) enum Command {
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS). Also read
-    /// from LEASEHOLD_STORE, then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379. `--redis` is an
+    /// The lease store: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS) or
+    /// `postgres://user[:password]@host[:port]/database` (after `leasehold migrate`). Also read from
+    /// LEASEHOLD_STORE, then LEASEHOLD_REDIS_URL; default redis://127.0.0.1:6379. `--redis` is an
     /// alias.
     #[arg(
         long = "store",
@@ -64,7 +74,7 @@ pub(crate) struct StoreArgs {
     )]
     pub(crate) urls: Vec<String>,
     /// Key prefix: the namespace of lease names in the store (Redis keys {PREFIX:NAME}:lock, :fence,
-    /// :wake and :waiting).
+    /// :wake and :waiting; the `prefix` column of PostgreSQL's leasehold_leases).
     #[arg(
         long,
         value_name = "PREFIX",
@@ -134,6 +144,12 @@ pub(crate) struct RunArgs {
     /// environment and, unless stdin is a terminal, runs in its own process group.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
 }
 
 #[derive(Debug, Args)]

@@ -3,14 +3,15 @@
 //! crates.
 //!
 //! Layout: [`cli`] (clap definitions), [`run`] (`leasehold run`: acquire, supervise the command, stop
-//! it on a lost lease), [`inspect`] (`status`, `list`, `release --force`), [`duration`] (human
-//! durations), [`exit`] (exit codes).
+//! it on a lost lease), [`inspect`] (`status`, `list`, `release --force`), [`migrate`] (leasehold's
+//! tables in a database), [`duration`] (human durations), [`exit`] (exit codes).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod duration;
 mod exit;
 mod inspect;
+mod migrate;
 mod run;
 
 use clap::Parser;
@@ -32,6 +33,7 @@ fn main() {
             Command::Status(a) => Ok(inspect::status(a).await),
             Command::List(a) => Ok(inspect::list(a).await),
             Command::Release(a) => Ok(inspect::release(a).await),
+            Command::Migrate(a) => Ok(migrate::migrate(a).await),
             Command::Demo(a) => leasehold_lab::demo::run(a).await,
             Command::Verify(a) => leasehold_lab::verify::run(a).await,
             Command::Bench(a) => leasehold_lab::bench::run(a).await,

@@ -96,7 +96,7 @@ pub(crate) async fn run(args: RunArgs) -> i32 {
         l = acquire(&client, &args, &opts) => match l { Ok(l) => l, Err(code) => return code },
         sig = signals.recv() => return aborted(
             sig,
-            &format!("if the acquire had reached Redis, the lease expires unrenewed within {}", show(args.ttl)),
+            &format!("if the acquire had reached the store, the lease expires unrenewed within {}", show(args.ttl)),
         ),
     };
     if args.verbose {
@@ -294,7 +294,7 @@ fn exit_code_of(st: std::process::ExitStatus) -> i32 {
 }
 
 async fn release(args: &RunArgs, lease: Lease, already_lost: bool) {
-    // The command is done; do not hang on a Redis that stopped answering. The TTL cleans up. A lost
+    // The command is done; do not hang on a store that stopped answering. The TTL cleans up. A lost
     // lease's release is a courtesy (it frees a max-hold lease early), so it gets less patience.
     let patience = if already_lost {
         RELEASE_TIMEOUT / 5
@@ -305,7 +305,7 @@ async fn release(args: &RunArgs, lease: Lease, already_lost: bool) {
         Ok(r) => r,
         Err(_) => {
             eprintln!(
-                "leasehold: warning: Redis did not answer the release within {}; the lease expires by itself within {}",
+                "leasehold: warning: the store did not answer the release within {}; the lease expires by itself within {}",
                 show(patience),
                 show(args.ttl)
             );

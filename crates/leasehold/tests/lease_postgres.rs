@@ -187,9 +187,10 @@ fn acquire_without_the_commit_guard() -> String {
 }
 
 /// With `synchronous_commit = off` on the server (and the WAL writer slow), a crash right after an
-/// acquire. The store's acquire turns synchronous commit back on for its own transaction, so the
-/// lease and its fence survive; the same statement without that would lose both, and the next
-/// acquirer would get the lease with the same fence: two holders with one fence.
+/// acquire, and one right after a renewal. The store's acquire and renew turn synchronous commit
+/// back on for their own transactions, so the lease, its fence and its renewed expiry survive; the
+/// acquire statement without that would lose both, and the next acquirer would get the lease with
+/// the same fence: two holders with one fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_after_an_asynchronous_commit_would_issue_a_fence_twice_the_store_prevents_it() {
     let mut pg = private_server(&[
@@ -229,6 +230,33 @@ async fn a_crash_after_an_asynchronous_commit_would_issue_a_fence_twice_the_stor
     let forced = c2.force_release("job").await.unwrap();
     assert!(forced.fence > a.fence());
     std::mem::forget(a); // its connection died with the server; nothing to release
+
+    // A renewal is as durable: the holder's deadline counts from it, so the database must not
+    // come back from a crash with the expiry from before it.
+    let b = c2
+        .try_acquire(
+            "renewed",
+            &LeaseOptions::builder()
+                .ttl(ms(30_000))
+                .no_renewal()
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(3_000)).await;
+    let renewed_at = Instant::now();
+    b.renew().await.unwrap();
+    blocking(|| pg.crash_restart()).unwrap();
+    let c3 = client(&url, "crash").await;
+    let left = c3.inspect("renewed").await.unwrap().ttl_ms.unwrap();
+    let since = renewed_at.elapsed().as_millis() as u64;
+    assert!(
+        left + since >= 29_000,
+        "the database came back with the expiry from before the renewal: {left} ms left, \
+         {since} ms after the renewal"
+    );
+    std::mem::forget(b);
 
     // The unsafe variant: the same statement without the guard.
     let unsafe_sql = acquire_without_the_commit_guard();

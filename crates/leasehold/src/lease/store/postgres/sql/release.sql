@@ -7,7 +7,15 @@
 -- remembers it for status) until it has been idle for the retention. An expired lease whose token
 -- is still ours is freed too, but reported as not released: the holder ran past its lease.
 -- The notification goes out when this statement commits, after the row is free.
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+--
+-- The commit does not wait for the disk (`synchronous_commit` off for this transaction): a release
+-- lost in a crash only brings the lease back until its expiry, which is safe, and it is made
+-- durable by the next acquire's commit anyway (the log is written in order). Acquire and renew
+-- wait: a lost acquire could hand its fence out again, a lost renewal would make the database
+-- expire the lease before its holder's deadline.
+WITH now AS MATERIALIZED (
+    SELECT clock_timestamp() AS t, set_config('synchronous_commit', 'off', true) AS async_commit
+),
 asked AS (SELECT * FROM unnest($2::text[], $3::text[]) AS asked(name, token)),
 freed AS (
     UPDATE leasehold_leases AS l SET

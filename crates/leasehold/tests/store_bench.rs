@@ -5,7 +5,8 @@
 //!     cargo test -p leasehold --test store_bench -- --ignored --nocapture
 //!
 //! (`--release` for figures comparable to docs/benchmarks.md). Redis is a private redis-server;
-//! PostgreSQL is the test database (`LEASEHOLD_TEST_DATABASE_URL`), in a schema of its own.
+//! `postgres` is the test database (`LEASEHOLD_TEST_DATABASE_URL`), in a schema of its own, whose
+//! commits wait for its disk; `pg-tmpfs` is a private PostgreSQL on tmpfs, where they do not.
 //! `LEASEHOLD_BENCH_SECONDS` sets each measurement's length (default 3).
 
 mod lease_support;
@@ -169,6 +170,18 @@ async fn s1_and_s2_on_every_store() {
     {
         let schema = lease_support::pg::PgSchema::create().await;
         stores.push(("postgres", schema.url(), Some(Box::new(schema))));
+        // The same protocol where a commit's flush costs nothing (a private server on tmpfs): what
+        // is left is the store's own cost, without the disk's.
+        let private = tokio::task::spawn_blocking(leasehold_testkit::PostgresServer::start)
+            .await
+            .unwrap()
+            .unwrap();
+        let db = leasehold::db::Database::connect(&private.url())
+            .await
+            .unwrap();
+        db.migrate().await.unwrap();
+        db.close().await;
+        stores.push(("pg-tmpfs", private.url(), Some(Box::new(private))));
     }
     for (store, url, _keep) in &stores {
         s1(store, url).await;

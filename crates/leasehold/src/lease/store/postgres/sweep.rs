@@ -2,8 +2,10 @@
 //! that are no longer used leave nothing behind.
 //!
 //! Every store sweeps the whole table (all prefixes) on its own connection, soon after it connects
-//! and then every half retention (at most every minute, at least every 50 ms), with jitter; sweeps
-//! of several processes overlap harmlessly (locked rows are skipped, deleted rows are gone).
+//! and then every quarter of the retention (at least every 5 minutes, at most every 50 ms), with
+//! jitter: an idle row is gone between one and one and a quarter retentions after it became idle.
+//! A sweep reads the whole table (no index covers the expiry, so that lease updates stay in place);
+//! sweeps of several processes overlap harmlessly (locked rows are skipped, deleted rows are gone).
 //! Limit: the shortest retention among the clients of one table wins; a table nobody connects to is
 //! not swept.
 
@@ -23,7 +25,7 @@ pub(super) fn spawn(
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let every = (retention / 2).clamp(Duration::from_millis(50), Duration::from_secs(60));
+        let every = (retention / 4).clamp(Duration::from_millis(50), Duration::from_secs(300));
         // The first sweep soon (a short-lived process such as a cron job's `leasehold run` still
         // does its share), the next ones spread out so that processes started together do not
         // sweep together.

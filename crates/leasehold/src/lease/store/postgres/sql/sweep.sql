@@ -10,7 +10,6 @@ WITH now AS MATERIALIZED (
 idle AS (
     SELECT l.prefix, l.name FROM leasehold_leases AS l, now
     WHERE l.expires_at < now.t - $1 * interval '1 millisecond'
-    ORDER BY l.expires_at
     LIMIT $2
     FOR UPDATE OF l SKIP LOCKED
 )

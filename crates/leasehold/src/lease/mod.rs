@@ -5,7 +5,8 @@
 //! has a lease name at a time; every new holder gets a strictly larger [`Fence`](crate::Fence), by
 //! the store's own rule (Redis: `max(previous + 1, server time in µs)`, so it survives a restart or
 //! failover that lost the keys as long as the new server's clock is not behind the old one's by more
-//! than the outage took); a holder is told (the [`LostSignal`]) as soon as its lease is no longer safe.
+//! than the outage took; PostgreSQL: a sequence drawn under the name's advisory lock, durable across
+//! a crash); a holder is told (the [`LostSignal`]) as soon as its lease is no longer safe.
 //! Limit: a process pause longer than the lease, or a failover before the lock write replicated, gives
 //! two holders. No store prevents a pause. If double execution would corrupt data, fence or
 //! constrain at the resource ([`crate::fence`], [`crate::idempotency`], [`crate::state`]).
@@ -42,8 +43,8 @@
 //! per name in this process), [`guard`] (the held [`Lease`]), `watchdog` (one renewal task per client,
 //! and the narrow handle a lease keeps), `state` (what a held lease shares with the watchdog),
 //! [`signal`] (the [`LostSignal`]), and [`store`] (where leases live: the one trait every store
-//! implements, and the stores: `store::redis`). [`options`] and `names` say what is accepted;
-//! [`metrics`] names what is measured.
+//! implements, and the stores: `store::redis`, `store::postgres`; `docs/stores.md` compares them).
+//! [`options`] and `names` say what is accepted; [`metrics`] names what is measured.
 
 pub mod client;
 pub mod guard;

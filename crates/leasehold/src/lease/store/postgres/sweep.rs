@@ -30,47 +30,37 @@ pub(super) fn spawn(
         // does its share), the next ones spread out so that processes started together do not
         // sweep together.
         let mut pause = jitter(every.min(Duration::from_secs(2)));
-        let mut conn: Option<PgConnection> = None;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(pause) => {}
             }
-            match tokio::time::timeout(timeout, sweep(&options, &mut conn, retention)).await {
+            match tokio::time::timeout(timeout, sweep(&options, retention)).await {
                 Ok(Ok(0)) => {}
                 Ok(Ok(n)) => tracing::debug!(rows = n, "swept idle lease rows"),
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "sweeping idle lease rows failed; trying again later");
-                    conn = None;
                 }
-                Err(_) => {
-                    tracing::debug!("sweeping idle lease rows timed out; trying again later");
-                    conn = None;
-                }
+                Err(_) => tracing::debug!("sweeping idle lease rows timed out; trying again later"),
             }
             pause = every / 2 + jitter(every);
         }
     });
 }
 
-/// Deletes idle rows in batches until a batch comes back short; returns how many.
-async fn sweep(
-    options: &PgConnectOptions,
-    conn: &mut Option<PgConnection>,
-    retention: Duration,
-) -> Result<u64, sqlx::Error> {
-    let c = match conn {
-        Some(c) => c,
-        None => conn.insert(PgConnection::connect_with(options).await?),
-    };
+/// Deletes idle rows in batches until a batch comes back short; returns how many. The connection
+/// is opened for the sweep and closed after it: between sweeps the sweeper holds none.
+async fn sweep(options: &PgConnectOptions, retention: Duration) -> Result<u64, sqlx::Error> {
+    let mut conn = PgConnection::connect_with(options).await?;
     let mut total = 0;
     loop {
         let n = statements::sweep(retention)
-            .execute(&mut *c)
+            .execute(&mut conn)
             .await?
             .rows_affected();
         total += n;
         if n < SWEEP_BATCH as u64 {
+            let _ = conn.close().await;
             return Ok(total);
         }
     }

@@ -8,7 +8,7 @@
 //! server's clock is not behind the old one's by more than the outage took. Waiters block on a wake
 //! list (`BLPOP`) on a dedicated connection, never on the shared one.
 //! Limit: a failover before the lock write reached the replica gives two holders; `WAIT` after
-//! acquire ([`ReplicaPolicy`](crate::ReplicaPolicy)) narrows that window and never closes it.
+//! acquire ([`ReplicaPolicy`]) narrows that window and never closes it.
 //!
 //! Layout: `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, each behind one
 //! function that prepares its call), `conn` (the shared connection, dedicated connections for

@@ -122,6 +122,7 @@ pub enum Error {
         source: redis::RedisError,
     },
     /// The PostgreSQL lease store could not reach the database or got an error from it.
+    #[cfg(feature = "postgres")]
     #[error("postgres lease store failed during {phase}: {source}")]
     Postgres {
         /// What we were doing.
@@ -240,6 +241,7 @@ impl Error {
                     sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
                 ) || is_serialization_failure(e)
             }
+            #[cfg(feature = "postgres")]
             Error::Postgres { source, .. } => {
                 is_postgres_unreachable(source) || is_serialization_failure(source)
             }
@@ -281,6 +283,7 @@ impl Error {
             ),
             // A statement the server refused (a constraint, a permission) is an answer, not an
             // outage.
+            #[cfg(feature = "postgres")]
             Error::Postgres { phase, source } => {
                 *phase == Phase::Connect || is_postgres_unreachable(source)
             }
@@ -316,6 +319,7 @@ fn timeout_consequence(phase: Phase) -> &'static str {
 
 /// The connection failed, or the server says it is shutting down, starting, out of connections or
 /// resources (SQLSTATE classes 08, 53, 57P): a later attempt may get through.
+#[cfg(feature = "postgres")]
 fn is_postgres_unreachable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)

@@ -457,7 +457,7 @@ async fn idle_rows_go_away_after_the_retention() {
 /// The figure: 100,000 names. `cargo test -p leasehold --test lease_postgres -- --ignored
 /// a_hundred_thousand`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "about a minute; the 1,000-name version runs by default"]
+#[ignore = "about two minutes; the 1,000-name version runs by default"]
 async fn a_hundred_thousand_idle_names_leave_no_row() {
     idle_rows_go_back_to_baseline(100_000).await;
 }

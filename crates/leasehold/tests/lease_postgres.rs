@@ -758,4 +758,16 @@ async fn bad_urls_a_database_down_or_never_migrated_get_clear_errors_and_hide_th
     assert!(!c.inspect("x").await.unwrap().held);
     assert_eq!(c.store_kind(), leasehold::StoreKind::Postgres);
     assert!(c.key_of("x").unwrap().contains("leasehold_leases"));
+    // A client's Debug output and location never show the password (the test server trusts
+    // local connections, so any password connects).
+    let with_password = schema
+        .url()
+        .replacen("://postgres@", "://postgres:s3cret@", 1);
+    if with_password.contains("s3cret") {
+        let c = client(&with_password, "bad").await;
+        let waiting = c.acquire("y", &opts(1_000), ms(10)).await; // opens the listening session
+        assert!(waiting.is_ok(), "{waiting:?}");
+        assert!(!format!("{c:?}").contains("s3cret"), "{c:?}");
+        assert!(!c.location().contains("s3cret"));
+    }
 }

@@ -118,7 +118,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The listening session of one store, started on first need, stopped with the store.
-#[derive(Debug)]
 pub(super) struct Listener {
     /// Where notifications go.
     pub(super) wakeups: Arc<Wakeups>,
@@ -132,6 +131,16 @@ pub(super) struct Listener {
     prefix: Arc<str>,
     /// Bound on opening the session.
     connect_timeout: Duration,
+}
+
+// Not derived: the connect options hold the password.
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("prefix", &self.prefix)
+            .field("wakeups", &self.wakeups)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]

@@ -164,7 +164,7 @@ impl Conns {
         }
     }
 
-    /// Closes every idle connection (the store is going away).
+    /// Closes every idle connection (the store is going away, or they went stale together).
     pub(super) fn clear(&self) {
         lock(&self.idle).clear();
     }

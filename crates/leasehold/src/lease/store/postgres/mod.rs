@@ -309,6 +309,8 @@ impl Core {
                 }
                 Err(e) if lent.reused && Conns::is_stale(&e) => {
                     drop(lent);
+                    // The others idle since the same restart are dead too.
+                    self.conns.clear();
                     tracing::debug!(error = %e, "a pooled connection was dead; retrying on a new one");
                     let mut lent = self.conns.get(true).await?;
                     let rows = make().fetch_all(lent.for_statement()).await;

@@ -38,6 +38,15 @@ pub(crate) enum Command {
     List(ListArgs),
     /// UNSAFE operator override: take a lease away from its holder and advance its fence.
     Release(ReleaseArgs),
+    /// Create or upgrade leasehold's tables in a PostgreSQL or SQLite database: the lease table a
+    /// postgres:// store needs, and the tables of fenced writes, idempotency keys and the inbox.
+    ///
+    /// Run it once before the first `leasehold run --store postgres://…` (the store does not change
+    /// the schema by itself). Idempotent and safe to run from several places at once.
+    ///
+    /// Exit codes: 0 done; 2 bad URL or a database that refuses the credentials; 69 unreachable.
+    #[command(after_help = "Example: leasehold migrate --store postgres://app@db.internal/app")]
+    Migrate(MigrateArgs),
     /// Tell the story live: each naive lock failing, and its fix.
     Demo(leasehold_lab::demo::DemoArgs),
     /// Inject faults and count which strategy keeps data correct.
@@ -60,6 +69,7 @@ pub(crate) struct StoreArgs {
     /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS); through
     /// Sentinel `redis-sentinel://[user:password@]host[:port][,host[:port]…][/db][?sentinel_password=…]#master`;
     /// a Redis Cluster `redis-cluster://[user:password@]host:port[,host:port…]` (`rediss-…` for TLS);
+    /// `postgres://user[:password]@host[:port]/database` (after `leasehold migrate`);
     /// `etcd://[user:password@]host:port[,host:port…]` (the members of an etcd cluster) or `etcds://…`
     /// (TLS). Give a Redis URL an odd number of times, 3 or more, for Redlock over that many
     /// independent Redis masters (a majority must hold the lease). Also read from LEASEHOLD_STORE
@@ -74,7 +84,8 @@ pub(crate) struct StoreArgs {
     )]
     pub(crate) urls: Vec<String>,
     /// Key prefix: the namespace of lease names in the store (Redis keys {PREFIX:NAME}:lock, :fence,
-    /// :wake and :waiting; etcd keys PREFIX/{NAME} and PREFIX/{NAME}/TOKEN).
+    /// :wake and :waiting; the `prefix` column of PostgreSQL's leasehold_leases; etcd keys
+    /// PREFIX/{NAME} and PREFIX/{NAME}/TOKEN).
     #[arg(
         long,
         value_name = "PREFIX",
@@ -145,6 +156,12 @@ pub(crate) struct RunArgs {
     /// watcher process that stops it if `run` dies.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
 }
 
 #[derive(Debug, Args)]

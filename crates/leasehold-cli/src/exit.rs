@@ -37,6 +37,9 @@ pub(crate) fn describe(e: &Error) -> String {
         Error::Redis { phase, source } if source.is_connection_refusal() || source.is_io_error() || source.is_timeout() => format!(
             "cannot reach Redis during {phase}: {source}; check --store / LEASEHOLD_STORE and that the server is up"
         ),
+        Error::Postgres { phase, source } if e.is_unavailable() => format!(
+            "cannot reach PostgreSQL during {phase}: {source}; check --store / LEASEHOLD_STORE and that the server is up"
+        ),
         e @ Error::Timeout { .. } => format!(
             "{e}; check --store / LEASEHOLD_STORE and that the server is up and not overloaded"
         ),

@@ -4,14 +4,15 @@
 //!
 //! Layout: [`cli`] (clap definitions), [`run`] (`leasehold run`: acquire, supervise the command, stop
 //! it on a lost lease), [`watcher`] (the command's parent process, which stops it when `run` dies),
-//! [`inspect`] (`status`, `list`, `release --force`), [`duration`] (human durations), [`exit`] (exit
-//! codes).
+//! [`inspect`] (`status`, `list`, `release --force`), [`migrate`] (leasehold's tables in a database),
+//! [`duration`] (human durations), [`exit`] (exit codes).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod duration;
 mod exit;
 mod inspect;
+mod migrate;
 mod run;
 mod watcher;
 
@@ -44,6 +45,7 @@ fn main() {
             Command::Status(a) => Ok(inspect::status(a).await),
             Command::List(a) => Ok(inspect::list(a).await),
             Command::Release(a) => Ok(inspect::release(a).await),
+            Command::Migrate(a) => Ok(migrate::migrate(a).await),
             Command::Demo(a) => leasehold_lab::demo::run(a).await,
             Command::Verify(a) => leasehold_lab::verify::run(a).await,
             Command::Bench(a) => leasehold_lab::bench::run(a).await,

@@ -10,6 +10,9 @@
 //!   owning a slot and slot migrations mid-test (MOVED and ASK).
 //! * [`EtcdCluster`]: a single etcd node or a cluster of members, each of which can be killed,
 //!   restarted, paused and resumed, with the leader found through etcd's status API.
+//! * [`PostgresServer`]: a private PostgreSQL server (`initdb` in a temporary directory) that can be
+//!   stopped, crashed, paused and started again on the same port with the same data, leaving the
+//!   machine's shared PostgreSQL alone.
 //! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, blackhole, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
 //! * [`postgres_url`]: where tests find PostgreSQL.
@@ -23,6 +26,7 @@ pub mod cluster;
 mod credentials;
 mod daemon;
 pub mod etcd;
+pub mod postgres;
 mod proxy;
 mod redis_server;
 pub mod sentinel;
@@ -30,6 +34,7 @@ pub mod sentinel;
 pub use cluster::{RedisCluster, RedisClusterBuilder, SlotMigration};
 pub use credentials::Credentials;
 pub use etcd::{etcd_available, EtcdCluster, EtcdMember};
+pub use postgres::{postgres_server_available, PostgresServer, PostgresServerBuilder};
 pub use proxy::Proxy;
 pub use redis_server::{libfaketime_path, redis_server_available, RedisServer, RedisServerBuilder};
 pub use sentinel::{SentinelServer, SentinelSet, SentinelSetBuilder};

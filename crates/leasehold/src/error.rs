@@ -136,6 +136,16 @@ pub enum Error {
         #[source]
         source: etcd_client::Error,
     },
+    /// The PostgreSQL lease store could not reach the database or got an error from it.
+    #[cfg(feature = "postgres")]
+    #[error("postgres lease store failed during {phase}: {source}")]
+    Postgres {
+        /// What we were doing.
+        phase: Phase,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
     /// `WAIT` after acquire returned fewer replica acknowledgements than asked for, under the
     /// fail-closed policy: the lease was released again.
     #[error("lease `{name}`: only {acked} of {wanted} replicas acknowledged the lock within the timeout; lease released (fail-closed)")]
@@ -268,6 +278,10 @@ impl Error {
                     sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
                 ) || is_serialization_failure(e)
             }
+            #[cfg(feature = "postgres")]
+            Error::Postgres { source, .. } => {
+                is_postgres_unreachable(source) || is_serialization_failure(source)
+            }
             Error::LeaseLost { .. }
             | Error::Invalid { .. }
             | Error::StaleFence { .. }
@@ -312,6 +326,12 @@ impl Error {
                     | sqlx::Error::PoolClosed
                     | sqlx::Error::Tls(_)
             ),
+            // A statement the server refused (a constraint, a permission) is an answer, not an
+            // outage.
+            #[cfg(feature = "postgres")]
+            Error::Postgres { phase, source } => {
+                *phase == Phase::Connect || is_postgres_unreachable(source)
+            }
             _ => false,
         }
     }
@@ -345,6 +365,24 @@ fn timeout_consequence(phase: Phase) -> &'static str {
         }
         Phase::FencedWrite => "; the write may have committed: check before retrying",
         _ => "",
+    }
+}
+
+/// The connection failed, or the server says it is shutting down, starting, out of connections or
+/// resources (SQLSTATE classes 08, 53, 57P): a later attempt may get through.
+#[cfg(feature = "postgres")]
+fn is_postgres_unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57P")),
+        _ => false,
     }
 }
 

@@ -127,6 +127,17 @@ impl Env {
         }
     }
 
+    /// A schema of its own on the test PostgreSQL database, migrated.
+    #[cfg(feature = "postgres")]
+    async fn postgres() -> Env {
+        let schema = lease_support::pg::PgSchema::create().await;
+        Env {
+            urls: vec![schema.url()],
+            prefix: unique_prefix("postgres"),
+            _servers: Box::new(schema),
+        }
+    }
+
     async fn client(&self) -> LeaseClient {
         let builder = match self.urls.as_slice() {
             [one] => LeaseClient::builder(one),
@@ -475,4 +486,11 @@ macro_rules! stores {
     )*};
 }
 
-stores!(redis if "redis", sentinel if "redis", cluster if "redis", redlock if "redis", etcd if "etcd");
+stores!(
+    redis if "redis",
+    sentinel if "redis",
+    cluster if "redis",
+    redlock if "redis",
+    postgres if "postgres",
+    etcd if "etcd",
+);

@@ -96,8 +96,17 @@ impl LeaseClientBuilder {
         self
     }
 
+    /// How long the store keeps what it knows of a name nobody holds any more (its last fence, the
+    /// memory of a release so that a retried release is recognised) before deleting it, so that
+    /// names no longer used leave nothing behind. PostgreSQL deletes such rows after this (default
+    /// 1 h); a later holder of the name still gets a larger fence. Between 1 ms and 30 days.
+    pub fn idle_retention(mut self, retention: Duration) -> Self {
+        self.settings.idle_retention = Some(retention);
+        self
+    }
+
     /// Opens the store the URL names (`redis://`, `rediss://`, `redis-sentinel://`,
-    /// `redis-cluster://`, with the `etcd` feature `etcd://`, `etcds://`; see
+    /// `redis-cluster://`, `postgres://`, with the `etcd` feature `etcd://`, `etcds://`; see
     /// [`SCHEMES`](crate::lease::SCHEMES) for what this build knows) and spawns the client's renewal
     /// task. Call it inside a Tokio runtime: the task lives as long as the client or any of its
     /// leases.
@@ -129,6 +138,17 @@ impl LeaseClientBuilder {
                     format!(
                         "{} ms is out of range; use between 1 ms and 1 h",
                         d.as_millis()
+                    ),
+                ));
+            }
+        }
+        if let Some(r) = self.settings.idle_retention {
+            if r < Duration::from_millis(1) || r > Duration::from_secs(30 * 24 * 3600) {
+                return Err(Error::invalid(
+                    "idle retention",
+                    format!(
+                        "{} ms is out of range; use between 1 ms and 30 days",
+                        r.as_millis()
                     ),
                 ));
             }
@@ -214,7 +234,9 @@ impl LeaseClient {
     /// `redis-sentinel://[[user]:password@]host[:port][,host[:port]…][/db][?sentinel_user=…&sentinel_password=…]#master`
     /// (the user-info is for the data nodes, the query for the sentinels; port 26379 by default);
     /// a Redis Cluster, `redis-cluster://[[user]:password@]host:port[,host:port…]` (seed nodes);
-    /// `rediss-sentinel://` and `rediss-cluster://` for TLS; `etcd://[user:password@]host:port[,host:port…]`
+    /// `rediss-sentinel://` and `rediss-cluster://` for TLS;
+    /// `postgres://user[:password]@host[:port]/database` (a database where
+    /// [`Database::migrate`](crate::db::Database::migrate) ran); `etcd://[user:password@]host:port[,host:port…]`
     /// and `etcds://…` (with the `etcd` feature); and whatever else
     /// [`SCHEMES`](crate::lease::SCHEMES) lists. `docs/topologies.md` says what a lease promises in
     /// each Redis topology.
@@ -226,6 +248,7 @@ impl LeaseClient {
                 response_timeout: Duration::from_secs(2),
                 connect_timeout: Duration::from_secs(2),
                 tls_root_ca_pem: None,
+                idle_retention: None,
             },
         }
     }

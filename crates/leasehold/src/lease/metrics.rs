@@ -70,6 +70,7 @@ pub(crate) fn hold_time(held: Duration) {
     metrics::histogram!(HOLD_SECONDS).record(held.as_secs_f64());
 }
 
+#[cfg(feature = "redis")]
 pub(crate) fn replica_shortfall(policy: &'static str) {
     metrics::counter!(REPLICA_SHORTFALL_TOTAL, "policy" => policy).increment(1);
 }

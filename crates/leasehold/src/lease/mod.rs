@@ -5,10 +5,11 @@
 //! has a lease name at a time; every new holder gets a strictly larger [`Fence`](crate::Fence), by
 //! the store's own rule (Redis: `max(previous + 1, server time in µs)`, so it survives a restart or
 //! failover that lost the keys as long as the new server's clock is not behind the old one's by more
-//! than the outage took; etcd: the cluster revision at which the holder became the owner); a holder is
-//! told (the [`LostSignal`]) as soon as its lease is no longer safe.
-//! Limit: a process pause longer than the lease, or a Redis failover before the lock write
-//! replicated, gives two holders. No store prevents a pause. If double execution would corrupt data, fence or
+//! than the outage took; PostgreSQL: a sequence drawn under the name's advisory lock, durable across
+//! a crash; etcd: the cluster revision at which the holder became the owner); a holder is told (the
+//! [`LostSignal`]) as soon as its lease is no longer safe.
+//! Limit: a process pause longer than the lease, or a failover before the lock write replicated, gives
+//! two holders. No store prevents a pause. If double execution would corrupt data, fence or
 //! constrain at the resource ([`crate::fence`], [`crate::idempotency`], [`crate::state`]).
 //!
 //! # Example: do a job under a lease, stop when it is lost
@@ -43,13 +44,17 @@
 //! per name in this process), [`guard`] (the held [`Lease`]), `watchdog` (one renewal task per client,
 //! and the narrow handle a lease keeps), `state` (what a held lease shares with the watchdog),
 //! [`signal`] (the [`LostSignal`]), and [`store`] (where leases live: the one trait every store
-//! implements, and the stores: `store::redis`, `store::redlock` over several independent masters,
-//! opened with [`LeaseClient::redlock`], and `store::etcd`). [`options`] and `names` say what is
-//! accepted; [`metrics`] names what is measured.
+//! implements, and the stores: `store::redis` (one server, Sentinel, Cluster), `store::redlock`
+//! over several independent masters, opened with [`LeaseClient::redlock`], `store::postgres` and
+//! `store::etcd`; `docs/stores.md` compares them). [`options`] and `names` say what is accepted;
+//! [`metrics`] names what is measured.
 
 // With no store compiled in, the core is still there (and documented) but nothing constructs what
 // only a store builds.
-#![cfg_attr(not(feature = "redis"), allow(dead_code, unused_variables))]
+#![cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "etcd")),
+    allow(dead_code, unused_variables)
+)]
 
 pub mod client;
 pub mod guard;

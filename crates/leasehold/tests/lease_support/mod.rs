@@ -1,6 +1,9 @@
 //! Shared helpers for the lease integration tests: a private redis-server per test and short options.
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(feature = "postgres")]
+pub mod pg;
+
 use std::time::{Duration, Instant};
 
 #[cfg(feature = "redis")]

@@ -16,6 +16,8 @@
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
@@ -47,6 +49,8 @@ pub enum StoreKind {
     Redlock,
     /// An etcd cluster (`etcd://`, `etcds://`).
     Etcd,
+    /// A table in a PostgreSQL database (`postgres://`, `postgresql://`).
+    Postgres,
 }
 
 impl fmt::Display for StoreKind {
@@ -55,6 +59,7 @@ impl fmt::Display for StoreKind {
             StoreKind::Redis => "redis",
             StoreKind::Redlock => "redlock",
             StoreKind::Etcd => "etcd",
+            StoreKind::Postgres => "postgres",
         })
     }
 }
@@ -103,6 +108,10 @@ pub const SCHEMES: &[&str] = &[
     "etcd://",
     #[cfg(feature = "etcd")]
     "etcds://",
+    #[cfg(feature = "postgres")]
+    "postgres://",
+    #[cfg(feature = "postgres")]
+    "postgresql://",
 ];
 
 /// Settings every store takes from [`LeaseClientBuilder`](crate::LeaseClientBuilder).
@@ -116,6 +125,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     /// PEM roots to trust for TLS instead of the built-in ones.
     pub(crate) tls_root_ca_pem: Option<Vec<u8>>,
+    /// How long the store keeps what it knows of a name nobody holds (`None`: the store's default).
+    pub(crate) idle_retention: Option<Duration>,
 }
 
 impl fmt::Debug for Settings {
@@ -125,6 +136,7 @@ impl fmt::Debug for Settings {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("tls_root_ca_pem", &self.tls_root_ca_pem.is_some())
+            .field("idle_retention", &self.idle_retention)
             .finish()
     }
 }
@@ -179,6 +191,8 @@ pub(crate) enum Turn {
 
 /// A held lease as a store needs it to renew or release it.
 #[derive(Debug, Clone, Copy)]
+// etcd identifies a holding by its token alone.
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 pub(crate) struct Held<'a> {
     /// The lease name.
     pub(crate) name: &'a str,
@@ -265,6 +279,10 @@ pub(crate) async fn open(url: &str, settings: Settings) -> Result<Arc<dyn Store>
         | "rediss-cluster" => Ok(Arc::new(redis::RedisStore::connect(url, settings).await?)),
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(Arc::new(etcd::EtcdStore::connect(url, settings).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(
+            postgres::PostgresStore::connect(url, settings).await?,
+        )),
         _ => Err(unknown_scheme(url)),
     }
 }
@@ -333,6 +351,7 @@ mod tests {
             response_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             tls_root_ca_pem: None,
+            idle_retention: None,
         };
         let err = open("mongodb://u:secret@h/db", settings).await.unwrap_err();
         let msg = err.to_string();

@@ -745,6 +745,7 @@ mod tests {
                 response_timeout: SEC,
                 connect_timeout: SEC,
                 tls_root_ca_pem: None,
+                idle_retention: None,
             }
         }
 

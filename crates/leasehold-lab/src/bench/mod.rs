@@ -614,7 +614,9 @@ mod tests {
             redact("--database=postgres://u:pw@h:5432/db"),
             "--database=postgres://u:***@h:5432/db"
         );
-        assert_eq!(redact("postgres://h/db?x=a@b"), "postgres://h/db?x=a@b");
+        // A password holding `/` or `?` is hidden too (at the cost of over-hiding a URL whose query
+        // holds an `@`).
+        assert_eq!(redact("postgres://u:p/w?d@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact("--json"), "--json");
     }
 }

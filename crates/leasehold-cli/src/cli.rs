@@ -84,7 +84,7 @@ pub(crate) struct StoreArgs {
     )]
     pub(crate) urls: Vec<String>,
     /// Key prefix: the namespace of lease names in the store (Redis keys {PREFIX:NAME}:lock, :fence,
-    /// :wake and :waiting; the `prefix` column of PostgreSQL's leasehold_leases; etcd keys
+    /// :queue and the like; the `prefix` column of PostgreSQL's leasehold_leases; etcd keys
     /// PREFIX/{NAME} and PREFIX/{NAME}/TOKEN).
     #[arg(
         long,
@@ -93,6 +93,17 @@ pub(crate) struct StoreArgs {
         default_value = "leasehold"
     )]
     pub(crate) key_prefix: String,
+    /// How long the store keeps what it knows of a name after its last use (on Redis the fence
+    /// key; the queue's keys live seconds), so that names no longer used leave nothing behind.
+    /// Fences stay increasing after it passes (they are at least the server's time in µs).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "LEASEHOLD_RETENTION",
+        value_parser = duration::parse,
+        default_value = "1h"
+    )]
+    pub(crate) retention: Duration,
 }
 
 /// Used when neither `--store`/`--redis` nor an environment variable names a store.
@@ -139,6 +150,11 @@ pub(crate) struct RunArgs {
     /// the lease is lost, when `run` dies, or to what the command left running when it exits.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
     pub(crate) grace: Duration,
+    /// Holders the name admits at once: 1 (the default) is a lock; more makes it a semaphore, and
+    /// this run holds one of its permits. Everyone using a name must give the same number while it is
+    /// in use.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) permits: u32,
     /// Exit code when the lease is busy and no wait is left (like flock -E).
     #[arg(long, value_name = "CODE", default_value_t = crate::exit::BUSY,
           value_parser = clap::value_parser!(i32).range(0..=255))]
@@ -168,7 +184,8 @@ pub(crate) struct MigrateArgs {
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
-    /// Print one JSON object: name, key, held, ttl_ms, fence, fence_key, wake_key.
+    /// Print one JSON object: name, key, held, ttl_ms, fence, permits, free, holders, waiting,
+    /// fence_key, queue_key.
     #[arg(long)]
     pub(crate) json: bool,
     /// Lease name.
@@ -179,7 +196,7 @@ pub(crate) struct StatusArgs {
 pub(crate) struct ListArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
-    /// Print a JSON array of objects: name, key, held, ttl_ms, fence, fence_key, wake_key.
+    /// Print a JSON array of objects, each as `status --json` prints one.
     #[arg(long)]
     pub(crate) json: bool,
     /// Glob over lease names (`*`, `?`, `[abc]`).
@@ -201,6 +218,9 @@ pub(crate) struct ReleaseArgs {
     /// Required: confirms you mean to evict whoever holds the lease (unsafe for that holder).
     #[arg(long, required = true)]
     pub(crate) force: bool,
+    /// Evict only the holder with this token (as `status` lists them); without it, every holder.
+    #[arg(long, value_name = "TOKEN")]
+    pub(crate) token: Option<String>,
     /// Print one JSON object: name, evicted, fence.
     #[arg(long)]
     pub(crate) json: bool,

@@ -5,7 +5,8 @@
 
 use leasehold::Error;
 
-/// Bad usage or configuration: unknown flag, bad duration, empty name, TTL out of range.
+/// Bad usage or configuration: unknown flag, bad duration, empty name, TTL out of range, permits
+/// other than the name is in use with.
 pub(crate) const USAGE: i32 = 2;
 /// The store unreachable or failing (EX_UNAVAILABLE).
 pub(crate) const UNAVAILABLE: i32 = 69;
@@ -23,7 +24,7 @@ pub(crate) const NOT_FOUND: i32 = 127;
 /// The exit code for a library error that ends the command before the child ran.
 pub(crate) fn for_error(e: &Error, busy_code: i32) -> i32 {
     match e {
-        Error::Invalid { .. } => USAGE,
+        Error::Invalid { .. } | Error::PermitsInUse { .. } => USAGE,
         Error::Busy { .. } | Error::WaitTimeout { .. } => busy_code,
         Error::LeaseLost { .. } => LOST,
         e if e.is_unavailable() => UNAVAILABLE,

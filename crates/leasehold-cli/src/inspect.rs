@@ -23,7 +23,10 @@ pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
         [one] => LeaseClient::builder(one.clone()),
         many => LeaseClient::redlock(many),
     };
-    let connecting = builder.key_prefix(store.key_prefix.clone()).connect();
+    let connecting = builder
+        .key_prefix(store.key_prefix.clone())
+        .retention(store.retention)
+        .connect();
     let Ok(result) = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await else {
         eprintln!(
             "leasehold: cannot reach the store at {shown}: no answer within {}; check --store / LEASEHOLD_STORE and that the server is up",
@@ -57,11 +60,13 @@ pub(crate) fn check_name(store: &StoreArgs, name: &str) -> Result<(), i32> {
         .map_err(|e| fail(&e))
 }
 
-/// `info` as JSON: the library's fields (`name`, `key`, `held`, `ttl_ms`, `fence`), the store kind,
-/// and for Redis the other two keys the lease uses, `fence_key` and `wake_key`.
+/// `info` as JSON: the library's fields (`name`, `key`, `held`, `ttl_ms`, `fence`, `permits`,
+/// `holders`, `waiting`), the free permits, the store kind, and for Redis two more keys the lease
+/// uses, `fence_key` and `queue_key` (its waiters).
 fn json(info: &LeaseInfo, client: &LeaseClient) -> serde_json::Value {
     let mut v = serde_json::to_value(info).expect("LeaseInfo serializes");
     if let Some(obj) = v.as_object_mut() {
+        obj.insert("free".into(), info.free_permits().into());
         obj.insert("store".into(), client.store_kind().to_string().into());
         if matches!(
             client.store_kind(),
@@ -69,29 +74,61 @@ fn json(info: &LeaseInfo, client: &LeaseClient) -> serde_json::Value {
         ) {
             if let Ok(keys) = client.keys(&info.name) {
                 obj.insert("fence_key".into(), keys.fence.into());
-                obj.insert("wake_key".into(), keys.wake.into());
+                obj.insert("queue_key".into(), keys.queue.into());
             }
         }
     }
     v
 }
 
+fn left(ttl_ms: Option<u64>) -> String {
+    ttl_ms
+        .map(|ms| format!("{} left", show(std::time::Duration::from_millis(ms))))
+        .unwrap_or_else(|| "no expiry".to_owned())
+}
+
+/// One line for a lock; for a semaphore, a line and one more per holder.
 fn human(info: &LeaseInfo) -> String {
     let fence = info
         .fence
         .map(|f| f.to_string())
         .unwrap_or_else(|| "none issued".to_owned());
+    let waiting = match info.waiting {
+        0 => String::new(),
+        n => format!(", {n} waiting"),
+    };
+    if info.permits > 1 {
+        let mut out = format!(
+            "{}: semaphore of {} permits, {} held, {} free{waiting}, last fence {fence}, key {}",
+            info.name,
+            info.permits,
+            info.holders.len(),
+            info.free_permits(),
+            info.key
+        );
+        for h in &info.holders {
+            let f = h.fence.map(|f| format!(", fence {f}")).unwrap_or_default();
+            out.push_str(&format!("\n  holder {}: {}{f}", h.token, left(h.ttl_ms)));
+        }
+        return out;
+    }
     if info.held {
-        let ttl = info
-            .ttl_ms
-            .map(|ms| format!("{} left", show(std::time::Duration::from_millis(ms))))
-            .unwrap_or_else(|| "no expiry".to_owned());
+        let holder = info
+            .holders
+            .first()
+            .map(|h| format!(", holder {}", h.token))
+            .unwrap_or_default();
         format!(
-            "{}: held, {ttl}, fence {fence}, key {}",
-            info.name, info.key
+            "{}: held, {}, fence {fence}{holder}{waiting}, key {}",
+            info.name,
+            left(info.ttl_ms),
+            info.key
         )
     } else {
-        format!("{}: free, last fence {fence}, key {}", info.name, info.key)
+        format!(
+            "{}: free, last fence {fence}{waiting}, key {}",
+            info.name, info.key
+        )
     }
 }
 
@@ -155,22 +192,31 @@ pub(crate) async fn release(args: ReleaseArgs) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match client.force_release(&args.name).await {
+    let forced = match &args.token {
+        Some(token) => client.force_release_holder(&args.name, token).await,
+        None => client.force_release(&args.name).await,
+    };
+    match forced {
         Ok(r) => {
             if args.json {
                 let v =
                     serde_json::json!({"name": args.name, "evicted": r.evicted, "fence": r.fence});
                 println!("{v}");
             } else if r.evicted {
+                let who = match &args.token {
+                    Some(t) => format!("the holder {t}"),
+                    None => "its holder(s)".to_owned(),
+                };
                 println!(
-                    "{}: evicted its holder; fence advanced to {} (the holder's fenced writes are now refused)",
+                    "{}: evicted {who}; fence advanced to {} (the evicted holder's fenced writes are now refused)",
                     args.name, r.fence
                 );
             } else {
-                println!(
-                    "{}: was not held; fence advanced to {} anyway",
-                    args.name, r.fence
-                );
+                let who = match &args.token {
+                    Some(t) => format!("{t} did not hold it"),
+                    None => "was not held".to_owned(),
+                };
+                println!("{}: {who}; fence advanced to {} anyway", args.name, r.fence);
             }
             0
         }

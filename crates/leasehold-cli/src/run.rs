@@ -106,8 +106,13 @@ pub(crate) async fn run(args: RunArgs) -> i32 {
         ),
     };
     if args.verbose {
+        let permit = if args.permits > 1 {
+            format!("one of {} permits of ", args.permits)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "leasehold: acquired `{}` (fence {}, ttl {})",
+            "leasehold: acquired {permit}`{}` (fence {}, ttl {})",
             args.name,
             lease.fence(),
             show(args.ttl)
@@ -117,7 +122,7 @@ pub(crate) async fn run(args: RunArgs) -> i32 {
 }
 
 fn lease_options(args: &RunArgs) -> leasehold::Result<LeaseOptions> {
-    let mut b = LeaseOptions::builder().ttl(args.ttl);
+    let mut b = LeaseOptions::builder().ttl(args.ttl).permits(args.permits);
     if let Some(max) = args.max_hold {
         b = b.max_hold(max);
     }

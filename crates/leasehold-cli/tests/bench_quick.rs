@@ -87,6 +87,11 @@ fn quick_json_has_every_figure_and_no_overlapping_holds() {
         );
         assert_eq!(row["fence_regressions"].as_u64(), Some(0), "{row}");
         assert_eq!(row["errors"].as_u64(), Some(0), "{row}");
+        // Fairness figures: shares around the mean, a longest wait and its bound.
+        let (lo, hi) = (number(row, "share_min"), number(row, "share_max"));
+        assert!((0.0..=1.0).contains(&lo) && 1.0 <= hi, "{row}");
+        assert!(number(row, "max_wait_us") > 0.0, "{row}");
+        assert!(number(row, "max_wait_bound_us") > 0.0, "{row}");
     }
 
     // S3: 10,000 leases held; memory per lease measured.

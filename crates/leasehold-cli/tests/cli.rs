@@ -14,6 +14,7 @@ fn leasehold(redis: Option<&RedisServer>) -> Command {
     c.env_remove("LEASEHOLD_REDIS_URL")
         .env_remove("LEASEHOLD_STORE")
         .env_remove("LEASEHOLD_KEY_PREFIX")
+        .env_remove("LEASEHOLD_RETENTION")
         .env("NO_COLOR", "1");
     if let Some(r) = redis {
         c.env("LEASEHOLD_REDIS_URL", r.url());
@@ -104,6 +105,25 @@ fn bad_flags_names_and_durations_exit_2_naming_the_problem() {
         (
             &["run", "--metrics-addr", "nowhere", "x", "--", "true"],
             "--metrics-addr",
+        ),
+        (&["run", "--permits", "0", "x", "--", "true"], "permits"),
+        (&["run", "--permits=-1", "x", "--", "true"], "--permits"),
+        (
+            &["run", "--permits", "99999999999", "x", "--", "true"],
+            "--permits",
+        ),
+        (&["run", "--permits", "5000", "x", "--", "true"], "permits"),
+        (
+            &["run", "--permits", "three", "x", "--", "true"],
+            "--permits",
+        ),
+        (
+            &["run", "--retention", "0s", "x", "--", "true"],
+            "retention",
+        ),
+        (
+            &["run", "--retention", "soon", "x", "--", "true"],
+            "--retention",
         ),
         (&["status", ""], "lease name"),
         (&["release", "x"], "--force"),
@@ -401,9 +421,7 @@ fn status_and_list_json_while_held_and_while_free() {
     assert_eq!(free["name"], "inventory");
     assert_eq!(free["key"], "{leasehold:inventory}:lock");
     assert_eq!(free["fence_key"], "{leasehold:inventory}:fence");
-    assert_eq!(free["wake_key"], "{leasehold:inventory}:wake");
-    assert_eq!(free["fence_key"], "{leasehold:inventory}:fence");
-    assert_eq!(free["wake_key"], "{leasehold:inventory}:wake");
+    assert_eq!(free["queue_key"], "{leasehold:inventory}:queue");
     assert_eq!(free["held"], false);
     assert!(free["ttl_ms"].is_null(), "{free}");
     assert!(free.get("fence").is_some(), "{free}");
@@ -730,4 +748,92 @@ fn etcd_urls_that_are_wrong_exit_2_and_a_down_cluster_exits_69_without_the_passw
         }
     }
     assert!(!ran.exists(), "the command must not run without the lease");
+}
+
+#[test]
+fn run_with_permits_shares_a_name_status_shows_the_holders_and_release_evicts_one() {
+    let redis = RedisServer::start().unwrap();
+    let spawn_holder = || {
+        leasehold(Some(&redis))
+            .args([
+                "run",
+                "--permits",
+                "3",
+                "--ttl",
+                "2s",
+                "pool",
+                "--",
+                "sleep",
+                "30",
+            ])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut a = spawn_holder();
+    let mut b = spawn_holder();
+    eventually("two permits are held", || {
+        status_json(&redis, "pool")["holders"]
+            .as_array()
+            .is_some_and(|h| h.len() == 2)
+    });
+    let st = status_json(&redis, "pool");
+    assert_eq!(st["permits"], 3, "{st}");
+    assert_eq!(st["free"], 1, "{st}");
+    assert_eq!(st["held"], true, "{st}");
+    let human = stdout(&run_out(leasehold(Some(&redis)).args(["status", "pool"])));
+    assert!(
+        human.contains("semaphore of 3 permits, 2 held, 1 free"),
+        "{human}"
+    );
+    let listed = stdout(&run_out(leasehold(Some(&redis)).args(["list", "--json"])));
+    assert!(listed.contains("\"permits\":3"), "{listed}");
+
+    // Another count for the name in use, or a lock on it: bad usage, nothing run.
+    for permits in ["2", "1"] {
+        let o = run_out(leasehold(Some(&redis)).args([
+            "run",
+            "--permits",
+            permits,
+            "pool",
+            "--",
+            "true",
+        ]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "--permits {permits}: {err}");
+        assert!(err.contains("in use with 3 permits"), "{err}");
+    }
+
+    // Evict one holder by its token: that run loses its lease and stops its command (76).
+    let token = st["holders"][0]["token"].as_str().unwrap().to_owned();
+    let o =
+        run_out(leasehold(Some(&redis)).args(["release", "--force", "--token", &token, "pool"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("evicted the holder"), "{}", stdout(&o));
+    let codes = [&mut a, &mut b].map(|c| {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return st.code();
+            }
+            if Instant::now() > until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    assert_eq!(
+        codes.iter().filter(|c| **c == Some(76)).count(),
+        1,
+        "exactly the evicted run stops: {codes:?}"
+    );
+    // Every holder.
+    let o = run_out(leasehold(Some(&redis)).args(["release", "--force", "pool"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for c in [&mut a, &mut b] {
+        let st = wait_with_timeout(c, Duration::from_secs(10));
+        assert_eq!(st.code(), Some(76));
+    }
+    assert_eq!(status_json(&redis, "pool")["held"], false);
 }

@@ -173,6 +173,17 @@ pub enum Error {
         /// The first master's failure, when one failed rather than stayed silent.
         source: Option<Box<Error>>,
     },
+    /// The name is in use with another number of permits (1: as a lock) than this acquire asked for.
+    /// Nothing was taken.
+    #[error("lease `{name}` is in use with {}, not the {asked} asked for; everyone using a name must ask for the same number of permits (1 is a lock): ask for {in_use}, use another name, or wait until it is free", permits_phrase(*in_use))]
+    PermitsInUse {
+        /// Lease name.
+        name: String,
+        /// Permits this acquire asked for.
+        asked: u32,
+        /// Permits the name is in use with.
+        in_use: u32,
+    },
     /// A configuration value or argument was refused before anything was sent.
     #[error("invalid {what}: {why}")]
     Invalid {
@@ -283,6 +294,7 @@ impl Error {
                 is_postgres_unreachable(source) || is_serialization_failure(source)
             }
             Error::LeaseLost { .. }
+            | Error::PermitsInUse { .. }
             | Error::Invalid { .. }
             | Error::StaleFence { .. }
             | Error::IdempotencyKeyReused { .. }
@@ -354,6 +366,14 @@ impl Error {
     }
 }
 
+fn permits_phrase(n: u32) -> String {
+    if n == 1 {
+        "1 permit (as a lock)".to_owned()
+    } else {
+        format!("{n} permits")
+    }
+}
+
 fn timeout_consequence(phase: Phase) -> &'static str {
     match phase {
         Phase::Acquire => {
@@ -421,5 +441,15 @@ mod tests {
         };
         assert!(stale.to_string().contains("presented 3"));
         assert!(!stale.is_retryable());
+        let mismatch = Error::PermitsInUse {
+            name: "pool".into(),
+            asked: 5,
+            in_use: 3,
+        };
+        assert_eq!(
+            mismatch.to_string(),
+            "lease `pool` is in use with 3 permits, not the 5 asked for; everyone using a name must ask for the same number of permits (1 is a lock): ask for 3, use another name, or wait until it is free"
+        );
+        assert!(!mismatch.is_retryable() && !mismatch.is_unavailable());
     }
 }

@@ -397,7 +397,7 @@ async fn idle_rows_go_back_to_baseline(n: usize) {
     let url = schema.url();
     let c = LeaseClient::builder(&url)
         .key_prefix("idle")
-        .idle_retention(ms(300))
+        .retention(ms(1_000))
         .connect()
         .await
         .unwrap();

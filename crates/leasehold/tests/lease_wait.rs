@@ -161,8 +161,10 @@ async fn a_crashed_holders_expiry_is_noticed_without_a_release() {
         .expect("taken after the expiry");
     let waited = t0.elapsed();
     assert!(waited >= ms(400) && waited < ms(2_500), "{waited:?}");
+    // A new dedicated connection and its script load count one each; the waiter blocks until about
+    // the holder's expiry, then takes it. A polling loop would send dozens.
     assert!(
-        c.round_trips() - before <= 6,
+        c.round_trips() - before <= 7,
         "polled: {} round trips",
         c.round_trips() - before
     );

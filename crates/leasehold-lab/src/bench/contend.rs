@@ -36,6 +36,9 @@ impl Locker {
 pub(crate) struct Hold {
     /// Which contender held it.
     pub(crate) contender: u32,
+    /// `CLOCK_MONOTONIC` ns when the contender called acquire (its wait began).
+    #[serde(default)]
+    pub(crate) asked_ns: u64,
     /// `CLOCK_MONOTONIC` ns when the acquire returned.
     pub(crate) acquired_ns: u64,
     /// `CLOCK_MONOTONIC` ns just before the release was sent.
@@ -85,6 +88,7 @@ pub(crate) async fn contend(
             break;
         }
         let max_wait = Duration::from_nanos(end_ns - now);
+        let asked_ns = now;
         match &locker {
             Locker::Leasehold { client, opts } => {
                 match client.acquire(&name, opts, max_wait).await {
@@ -95,6 +99,7 @@ pub(crate) async fn contend(
                         let released_ns = mono_ns();
                         rec.holds.push(Hold {
                             contender,
+                            asked_ns,
                             acquired_ns,
                             released_ns,
                             fence,
@@ -126,6 +131,7 @@ pub(crate) async fn contend(
                         let released_ns = mono_ns();
                         rec.holds.push(Hold {
                             contender,
+                            asked_ns,
                             acquired_ns,
                             released_ns,
                             fence: 0,
@@ -170,6 +176,10 @@ pub(crate) struct HoldAnalysis {
     pub(crate) fence_regressions: u64,
     /// How long holders actually held (their sleep overshoots the nominal hold).
     pub(crate) hold_times: Latencies,
+    /// The longest time from calling acquire to getting the lease, in nanoseconds.
+    pub(crate) max_wait_ns: u64,
+    /// Each contender's acquisitions, by contender (every contender, those with none included).
+    pub(crate) per_contender: Vec<u64>,
     pub(crate) errors: u64,
     pub(crate) lost: u64,
     pub(crate) first_error: Option<String>,
@@ -179,6 +189,7 @@ pub(crate) fn analyze(records: &[ContenderRecord]) -> HoldAnalysis {
     let mut a = HoldAnalysis::default();
     let mut holds: Vec<Hold> = Vec::new();
     for r in records {
+        a.per_contender.push(r.holds.len() as u64);
         holds.extend_from_slice(&r.holds);
         a.errors += r.errors;
         a.lost += r.lost;
@@ -192,6 +203,7 @@ pub(crate) fn analyze(records: &[ContenderRecord]) -> HoldAnalysis {
     for (i, h) in holds.iter().enumerate() {
         a.hold_times
             .record_ns(h.released_ns.saturating_sub(h.acquired_ns));
+        a.max_wait_ns = a.max_wait_ns.max(h.acquired_ns.saturating_sub(h.asked_ns));
         if i > 0 && h.acquired_ns < latest_release {
             a.overlaps += 1;
         }
@@ -210,6 +222,22 @@ pub(crate) fn analyze(records: &[ContenderRecord]) -> HoldAnalysis {
     a
 }
 
+impl HoldAnalysis {
+    /// The fewest and the most acquisitions of one contender, as fractions of the mean (1.0 when
+    /// all had the same share; `(0, 0)` without acquisitions).
+    pub(crate) fn share_range(&self) -> (f64, f64) {
+        let n = self.per_contender.len();
+        let total: u64 = self.per_contender.iter().sum();
+        if n == 0 || total == 0 {
+            return (0.0, 0.0);
+        }
+        let mean = total as f64 / n as f64;
+        let min = *self.per_contender.iter().min().unwrap_or(&0) as f64;
+        let max = *self.per_contender.iter().max().unwrap_or(&0) as f64;
+        (min / mean, max / mean)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +245,7 @@ mod tests {
     fn hold(contender: u32, a: u64, r: u64, fence: u64) -> Hold {
         Hold {
             contender,
+            asked_ns: a.saturating_sub(100),
             acquired_ns: a,
             released_ns: r,
             fence,
@@ -242,6 +271,25 @@ mod tests {
         assert_eq!(a.fence_regressions, 1);
         assert_eq!(a.handoffs.len(), 3);
         assert_eq!(a.cross_handoffs.len(), 1);
+        assert_eq!(a.max_wait_ns, 100);
+        // 2 and 2 acquisitions: both at the mean.
+        assert_eq!(a.share_range(), (1.0, 1.0));
+    }
+
+    #[test]
+    fn shares_are_fractions_of_the_mean() {
+        let records = vec![
+            ContenderRecord {
+                holds: vec![hold(0, 0, 1, 1), hold(0, 2, 3, 2), hold(0, 4, 5, 3)],
+                ..Default::default()
+            },
+            ContenderRecord {
+                holds: vec![hold(1, 6, 7, 4)],
+                ..Default::default()
+            },
+        ];
+        // 3 and 1 around a mean of 2.
+        assert_eq!(analyze(&records).share_range(), (0.5, 1.5));
     }
 
     #[test]

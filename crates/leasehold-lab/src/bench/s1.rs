@@ -32,9 +32,12 @@ pub(crate) struct S1Report {
     pub(crate) baseline_commands_per_cycle: f64,
     pub(crate) baseline_redis_cpu_us_per_cycle: f64,
     pub(crate) baseline_client_cpu_us_per_cycle: f64,
-    /// leasehold cycles/s ÷ baseline cycles/s (target ≥ 0.9).
+    /// leasehold cycles/s ÷ baseline cycles/s.
     pub(crate) ratio: f64,
+    /// The earlier target, ratio ≥ 0.9 (kept so that runs stay comparable).
     pub(crate) target_met: bool,
+    /// The target with the queue in place: ratio ≥ 0.95 (what the queue may cost uncontended).
+    pub(crate) target_0_95_met: bool,
 }
 
 /// Runs `slices` alternating slices of each lock, `total_each` in all for each.
@@ -148,5 +151,6 @@ pub(crate) async fn run(
         baseline_client_cpu_us_per_cycle: round3(client_cpu[1] * 1e6 / base.len().max(1) as f64),
         ratio: round3(ratio),
         target_met: ratio >= 0.9,
+        target_0_95_met: ratio >= 0.95,
     })
 }

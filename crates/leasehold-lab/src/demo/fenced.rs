@@ -92,13 +92,11 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
         .await?;
     let keys = client.keys(&args.key)?;
     println!(
-        "CMD EVALSHA acquire.lua 4 {} {} {} {} <token> {} 0 <slack>\tfence {}",
+        "CMD EVALSHA acquire.lua 1 {} <token> {} 0 ...\tfence {} (stored in {})",
         keys.lock,
-        keys.fence,
-        keys.wake,
-        keys.waiting,
         args.ttl_ms,
-        lease.fence()
+        lease.fence(),
+        keys.fence
     );
     println!("EVENT acquired {}", lease.fence());
     let v = counter.read().await?;
@@ -114,12 +112,12 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
     );
     match lease.release().await {
         Ok(()) => println!(
-            "CMD EVALSHA release.lua 3 {} {} {} <token> <linger>\treleased",
-            keys.lock, keys.wake, keys.waiting
+            "CMD EVALSHA release.lua 1 {} <token> ...\treleased (handed to the first of {} if any)",
+            keys.lock, keys.queue
         ),
         Err(e) => println!(
-            "CMD EVALSHA release.lua 3 {} {} {} <token> <linger>\tnot ours any more ({e})",
-            keys.lock, keys.wake, keys.waiting
+            "CMD EVALSHA release.lua 1 {} <token> ...\tnot ours any more ({e})",
+            keys.lock
         ),
     }
     println!(
@@ -182,8 +180,9 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     tl.redis(
         Actor::B,
         &format!(
-            "EVALSHA acquire.lua 4 {} {} {} {} <token> {ttl} <max wait> <slack>",
-            keys.lock, keys.fence, keys.wake, keys.waiting
+            "EVALSHA acquire.lua 1 {} <token> {ttl} <block> ... + BLPOP {}",
+            keys.lock,
+            keys.wake("<token>")
         ),
         &format!("fence {fence_b}"),
     );
@@ -212,10 +211,7 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     let released = lease_b.release().await;
     tl.redis(
         Actor::B,
-        &format!(
-            "EVALSHA release.lua 3 {} {} {} <token> <linger>",
-            keys.lock, keys.wake, keys.waiting
-        ),
+        &format!("EVALSHA release.lua 1 {} <token> ...", keys.lock),
         if released.is_ok() {
             "released"
         } else {

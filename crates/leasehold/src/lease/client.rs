@@ -89,19 +89,20 @@ impl LeaseClientBuilder {
         self
     }
 
+    /// How long what the store keeps of a name outlives the name's last use (default 1 h): on Redis
+    /// the fence key, and no other key longer (the queue's keys and markers live seconds); on
+    /// PostgreSQL the name's idle row. A name no longer used then leaves nothing behind. Fences stay monotonic after it is gone: the next fence
+    /// is at least the server's time in microseconds, above every fence issued before as long as the
+    /// server's clock has not stepped back by more than the retention. Between 1 s and 366 days.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.settings.retention = retention;
+        self
+    }
+
     /// Trusts these PEM root certificate(s) for TLS (a private CA or a self-signed server
     /// certificate) instead of the built-in web PKI roots. Refused at connect for a non-TLS URL.
     pub fn tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.settings.tls_root_ca_pem = Some(pem.into());
-        self
-    }
-
-    /// How long the store keeps what it knows of a name nobody holds any more (its last fence, the
-    /// memory of a release so that a retried release is recognised) before deleting it, so that
-    /// names no longer used leave nothing behind. PostgreSQL deletes such rows after this (default
-    /// 1 h); a later holder of the name still gets a larger fence. Between 1 ms and 30 days.
-    pub fn idle_retention(mut self, retention: Duration) -> Self {
-        self.settings.idle_retention = Some(retention);
         self
     }
 
@@ -128,6 +129,16 @@ impl LeaseClientBuilder {
     /// Cancel safe: nothing is held before it returns.
     pub async fn connect(self) -> Result<LeaseClient> {
         crate::lease::names::check_prefix(&self.settings.prefix)?;
+        let retention = self.settings.retention;
+        if retention < Duration::from_secs(1) || retention > Duration::from_secs(366 * 24 * 3600) {
+            return Err(Error::invalid(
+                "retention",
+                format!(
+                    "{} ms is out of range; use between 1 s and 366 days",
+                    retention.as_millis()
+                ),
+            ));
+        }
         for (what, d) in [
             ("response timeout", self.settings.response_timeout),
             ("connect timeout", self.settings.connect_timeout),
@@ -138,17 +149,6 @@ impl LeaseClientBuilder {
                     format!(
                         "{} ms is out of range; use between 1 ms and 1 h",
                         d.as_millis()
-                    ),
-                ));
-            }
-        }
-        if let Some(r) = self.settings.idle_retention {
-            if r < Duration::from_millis(1) || r > Duration::from_secs(30 * 24 * 3600) {
-                return Err(Error::invalid(
-                    "idle retention",
-                    format!(
-                        "{} ms is out of range; use between 1 ms and 30 days",
-                        r.as_millis()
                     ),
                 ));
             }
@@ -223,8 +223,7 @@ impl Drop for AbandonGuard<'_> {
 
 /// One attempt's outcome, with the lease built.
 enum Outcome {
-    /// Taken; `true` when its release is sure to wake a waiter.
-    Taken(Lease, bool),
+    Taken(Lease),
     Busy(Option<Duration>),
 }
 
@@ -248,7 +247,7 @@ impl LeaseClient {
                 response_timeout: Duration::from_secs(2),
                 connect_timeout: Duration::from_secs(2),
                 tls_root_ca_pem: None,
-                idle_retention: None,
+                retention: store::DEFAULT_RETENTION,
             },
         }
     }
@@ -406,7 +405,6 @@ impl LeaseClient {
         match r {
             Ok(Attempt::Taken(grant)) => Ok(Outcome::Taken(
                 self.make_lease(req.name, req.token, &grant, req.opts),
-                grant.wakes_next,
             )),
             Ok(Attempt::Busy { remaining }) => Ok(Outcome::Busy(remaining)),
             Err(e) => {
@@ -459,7 +457,7 @@ impl LeaseClient {
             armed: false,
         };
         let r = match self.attempt(&mut guard).await {
-            Ok(Outcome::Taken(lease, _)) => Ok(lease),
+            Ok(Outcome::Taken(lease)) => Ok(lease),
             Ok(Outcome::Busy(remaining)) => {
                 metrics::contention();
                 Err(Error::Busy {
@@ -476,12 +474,15 @@ impl LeaseClient {
     /// Waits up to `max_wait` for the lease (`Duration::ZERO` behaves like
     /// [`try_acquire`](Self::try_acquire)). Woken by the store, not by polling: tasks of this client
     /// waiting for the same name queue in FIFO order behind one contender, which waits the store's
-    /// way (Redis: `BLPOP` on the name's wake list, on a dedicated connection) for at most the
-    /// holder's remaining TTL plus jitter.
+    /// way. On Redis the contender joins the name's queue in Redis, across all clients in arrival
+    /// order, and the holder's release hands it the lease (one round trip per wait step, a step
+    /// lasting at most half a second while it keeps its place); nobody jumps the queue, and a
+    /// holder's expiry is noticed by the next step.
     ///
     /// The bound is kept to within one request's response time (an attempt already sent is
     /// awaited, not abandoned). Transient store failures while waiting (a dropped connection, a
-    /// restart) are retried within the bound after a short jittered pause.
+    /// restart) are retried within the bound after a short jittered pause, keeping the place in the
+    /// queue.
     ///
     /// # Errors
     ///
@@ -490,11 +491,9 @@ impl LeaseClient {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: cancelling while queued or blocked leaves nothing behind in this process; a
-    /// lease an in-flight attempt took is released in the background. One gap on Redis: a contender
-    /// cancelled right after it popped a wake-up consumes it, and other waiters then notice the free
-    /// lease only when their block times out (at most the previous holder's remaining TTL plus
-    /// jitter).
+    /// Cancel safe: cancelling while queued or blocked leaves nothing behind in this process, and
+    /// in the background withdraws from the store's queue and releases (handing on) a lease that was
+    /// taken or handed over meanwhile; a request still on its way then does nothing when it arrives.
     #[tracing::instrument(level = "debug", skip(self, opts), fields(lease = name, max_wait_ms = max_wait.as_millis() as u64))]
     pub async fn acquire(
         &self,
@@ -539,72 +538,68 @@ impl LeaseClient {
             },
             armed: false,
         };
-        // When the previous head of this queue got the lease, it is held here: block at once.
-        let mut holder_remaining: Option<Option<Duration>> = head
+        let queues = self.store().queues_waiters();
+        // When the previous head of this queue got the lease and the store will wake a waiter at its
+        // release, block at once instead of asking first (stores without a queue of their own).
+        let mut block_first = head
             .held_here_until
             .take()
-            .and_then(|t| t.checked_duration_since(Instant::now()))
-            .map(Some);
+            .and_then(|t| t.checked_duration_since(Instant::now()));
+        // What the last step said of the holder's remaining TTL: the next step blocks no longer
+        // than that (plus jitter), so that an expiry is noticed when it happens.
+        let mut holder_remaining = None;
         loop {
-            if holder_remaining.is_none() {
-                guard.req.wait = end.saturating_duration_since(Instant::now());
-                match self.attempt(&mut guard).await {
-                    Ok(Outcome::Taken(lease, wakes_next)) => {
-                        // The next head may skip asking only when this hold's release is sure to
-                        // wake a waiter.
-                        head.held_here_until = wakes_next.then(|| Instant::now() + opts.ttl);
-                        return Ok(lease);
-                    }
-                    Ok(Outcome::Busy(remaining)) => {
-                        metrics::contention();
-                        holder_remaining = Some(remaining);
-                    }
-                    Err(e) if is_transient(&e) => {
-                        if let Err(e) = self.back_off(end, e).await {
-                            return Err(self.give_up(&mut guard, e).await);
-                        }
-                        continue;
-                    }
-                    Err(e) => return Err(self.give_up(&mut guard, e).await),
-                }
-            }
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                if self.store().queues_waiters() {
+                if queues {
                     guard.abandon_now().await;
                 }
                 return Err(timed_out());
             }
-            let block = waiters::block_for(holder_remaining.take().flatten(), left);
-            if block >= Duration::from_millis(1) {
-                guard.armed = self.store().queues_waiters();
-                let turn = self.store().wait_turn(&guard.req, block).await;
-                guard.armed = false;
-                match turn {
-                    Ok(Turn::Taken(grant)) => {
-                        head.held_here_until = grant.wakes_next.then(|| Instant::now() + opts.ttl);
-                        return Ok(self.make_lease(name, &token, &grant, opts));
-                    }
-                    Ok(Turn::AskAgain) => {}
-                    Err(e) if is_transient(&e) => {
-                        if let Err(e) = self.back_off(end, e).await {
-                            return Err(self.give_up(&mut guard, e).await);
-                        }
-                    }
-                    Err(e) => return Err(self.give_up(&mut guard, e).await),
+            guard.req.wait = left;
+            guard.armed = true;
+            let step = match block_first.take() {
+                Some(holder_remaining) => {
+                    let block = waiters::block_for(Some(holder_remaining), left);
+                    self.store()
+                        .wait_turn(&guard.req, block)
+                        .await
+                        .map(|turn| match turn {
+                            Turn::Taken(grant) => Attempt::Taken(grant),
+                            Turn::AskAgain => Attempt::Busy { remaining: None },
+                        })
                 }
+                None => {
+                    let block = waiters::block_for(holder_remaining.take(), left);
+                    self.store().acquire_or_wait(&guard.req, block).await
+                }
+            };
+            guard.armed = false;
+            let failed = match step {
+                Ok(Attempt::Taken(grant)) => {
+                    // The next head may skip asking only when this hold's release is sure to wake
+                    // a waiter.
+                    head.held_here_until = grant.wakes_next.then(|| Instant::now() + opts.ttl);
+                    return Ok(self.make_lease(name, &token, &grant, opts));
+                }
+                Ok(Attempt::Busy { remaining }) => {
+                    metrics::contention();
+                    holder_remaining = remaining;
+                    continue;
+                }
+                Err(e) if is_transient(&e) => match self.back_off(end, e).await {
+                    Ok(()) => continue,
+                    Err(e) => e,
+                },
+                Err(e) => e,
+            };
+            // Giving up with a place in the store's queue, or with an attempt that may have taken
+            // the lease: leave nothing behind.
+            if queues || failed.outcome_unknown() {
+                guard.abandon_now().await;
             }
+            return Err(failed);
         }
-    }
-
-    /// The wait ends with `e`: a store that queues waiters is told to drop this caller's place (and
-    /// a lease handed to it meanwhile), so that the place does not hold up the queue until its TTL
-    /// runs out. Returns `e`.
-    async fn give_up(&self, guard: &mut AbandonGuard<'_>, e: Error) -> Error {
-        if self.store().queues_waiters() {
-            guard.abandon_now().await;
-        }
-        e
     }
 
     /// A store blip while waiting (a dropped connection, a restart) is retried within the wait bound
@@ -718,7 +713,8 @@ impl LeaseClient {
     }
 
     /// Operator's override, unsafe for the evicted holder by design: frees the lease whoever holds it
-    /// and advances the fence, so the evicted holder's renewal fails and its fenced writes are refused.
+    /// (every holder of a semaphore) and advances the fence, so the evicted holder's renewal fails and
+    /// its fenced writes are refused. What it frees goes to the first waiters.
     ///
     /// # Errors
     ///
@@ -732,6 +728,31 @@ impl LeaseClient {
         self.store().check_name(name)?;
         let r = self.store().force_release(name).await?;
         tracing::warn!(lease = name, evicted = r.evicted, fence = %r.fence, "lease force-released");
+        Ok(r)
+    }
+
+    /// Operator's override for one holder: evicts the holder of `name` whose token is `token` (a
+    /// lock's holder or one of a semaphore's, as [`inspect`](Self::inspect) lists them) and advances
+    /// the fence. `evicted` is false when that token holds nothing (already released or expired).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a bad name or an empty token, or a store that cannot evict one holder;
+    /// store errors as [`force_release`](Self::force_release).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a sent request may still evict the holder.
+    pub async fn force_release_holder(&self, name: &str, token: &str) -> Result<ForcedRelease> {
+        self.store().check_name(name)?;
+        if token.is_empty() || token.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(Error::invalid(
+                "holder token",
+                "it is empty or has spaces or control characters; copy it from `leasehold status`",
+            ));
+        }
+        let r = self.store().force_release_holder(name, token).await?;
+        tracing::warn!(lease = name, evicted = r.evicted, fence = %r.fence, "lease holder force-released");
         Ok(r)
     }
 }

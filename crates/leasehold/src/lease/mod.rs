@@ -2,12 +2,13 @@
 //! you choose by URL.
 //!
 //! Promise: while no process pauses past its deadline and the store keeps its data, at most one holder
-//! has a lease name at a time; every new holder gets a strictly larger [`Fence`](crate::Fence), by
-//! the store's own rule (Redis: `max(previous + 1, server time in µs)`, so it survives a restart or
-//! failover that lost the keys as long as the new server's clock is not behind the old one's by more
-//! than the outage took; PostgreSQL: a sequence drawn under the name's advisory lock, durable across
-//! a crash; etcd: the cluster revision at which the holder became the owner); a holder is told (the
-//! [`LostSignal`]) as soon as its lease is no longer safe.
+//! has a lease name at a time (at most N for a semaphore, [`LeaseOptionsBuilder::permits`]); every new
+//! holder gets a strictly larger [`Fence`](crate::Fence), by the store's own rule (Redis:
+//! `max(previous + 1, server time in µs)`, so it survives a restart or failover that lost the keys, or
+//! the retention passing, as long as the server's clock has not stepped back by more than that took;
+//! PostgreSQL: a sequence drawn under the name's advisory lock, durable across a crash; etcd: the
+//! cluster revision at which the holder became the owner); a holder is told (the [`LostSignal`]) as
+//! soon as its lease is no longer safe.
 //! Limit: a process pause longer than the lease, or a failover before the lock write replicated, gives
 //! two holders. No store prevents a pause. If double execution would corrupt data, fence or
 //! constrain at the resource ([`crate::fence`], [`crate::idempotency`], [`crate::state`]).
@@ -74,4 +75,4 @@ pub use options::{LeaseOptions, LeaseOptionsBuilder, ReplicaPolicy};
 pub use signal::LostSignal;
 #[cfg(feature = "redis")]
 pub use store::redis::keys::LeaseKeys;
-pub use store::{ForcedRelease, LeaseInfo, StoreKind, SCHEMES};
+pub use store::{ForcedRelease, HolderInfo, LeaseInfo, StoreKind, SCHEMES};

@@ -1,4 +1,8 @@
 //! Per-lease settings, validated once by [`LeaseOptionsBuilder::build`].
+//!
+//! Promise: options that build are consistent (renewal before expiry, drift below the TTL, and so on).
+//! Limit: whether the store agrees (the same permits for everyone using a name) is known only when it
+//! is asked.
 
 use std::time::Duration;
 
@@ -13,6 +17,11 @@ pub enum ReplicaPolicy {
     /// Keep the lease and go on (logged and counted): prefer availability.
     FailOpen,
 }
+
+/// The default first TTL of a lease handed over while waiting.
+const DEFAULT_HANDOFF_TTL: Duration = Duration::from_secs(1);
+/// The shortest hand-over TTL accepted: the new holder must renew within a third of it.
+const MIN_HANDOFF_TTL: Duration = Duration::from_millis(50);
 
 /// Settings for one acquisition. Cheap to clone; build with [`LeaseOptions::builder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +38,10 @@ pub struct LeaseOptions {
     pub(crate) max_hold: Option<Duration>,
     /// `WAIT numreplicas timeout` after acquire, and what to do when it falls short.
     pub(crate) replicas: Option<(u32, Duration, ReplicaPolicy)>,
+    /// The TTL a lease starts with when a release hands it over to this waiter (at most `ttl`).
+    pub(crate) handoff_ttl: Duration,
+    /// 1: a lock (one holder). More: one permit of a semaphore that many holders may hold at once.
+    pub(crate) permits: u32,
 }
 
 impl Default for LeaseOptions {
@@ -46,7 +59,7 @@ impl LeaseOptions {
     pub const MIN_TTL: Duration = Duration::from_millis(10);
 
     /// Starts a builder with the defaults: TTL 30 s, renew every TTL/3, drift 1% of TTL + 2 ms, no
-    /// maximum hold, no replica wait.
+    /// maximum hold, no replica wait, a first TTL of 1 s after a hand-over.
     pub fn builder() -> LeaseOptionsBuilder {
         LeaseOptionsBuilder::default()
     }
@@ -80,6 +93,19 @@ impl LeaseOptions {
     pub fn replicas(&self) -> Option<(u32, Duration, ReplicaPolicy)> {
         self.replicas
     }
+
+    /// The TTL a lease starts with when a release hands it to this caller while it waits.
+    pub fn handoff_ttl(&self) -> Duration {
+        self.handoff_ttl
+    }
+
+    /// How many holders the name admits at once: 1 for a lock, more for a semaphore.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Most permits a semaphore may have.
+    pub const MAX_PERMITS: u32 = 1_000;
 }
 
 /// Builder for [`LeaseOptions`]; every check happens in [`build`](Self::build).
@@ -91,6 +117,8 @@ pub struct LeaseOptionsBuilder {
     drift: Option<Duration>,
     max_hold: Option<Duration>,
     replicas: Option<(u32, Duration, ReplicaPolicy)>,
+    handoff_ttl: Option<Duration>,
+    permits: Option<u32>,
 }
 
 impl LeaseOptionsBuilder {
@@ -137,9 +165,36 @@ impl LeaseOptionsBuilder {
         self
     }
 
+    /// The TTL a lease starts with when a store hands it to this caller while it waits (default 1 s,
+    /// or the TTL if shorter). The holder's watchdog extends it to the full TTL right away (it renews
+    /// at a third of it); if this waiter died between its last word to the store and the hand-over,
+    /// the lease is free again after this, not after a whole TTL. Between 50 ms and the TTL: shorter
+    /// leaves a live holder too little time for its first renewal.
+    pub fn handoff_ttl(mut self, first_ttl: Duration) -> Self {
+        self.handoff_ttl = Some(first_ttl);
+        self
+    }
+
+    /// Makes the name a semaphore: up to `permits` holders at once (default 1, a lock). Each
+    /// acquire takes one permit, a lease of its own with its token, TTL, renewal, lost signal and
+    /// fence; waiters queue in arrival order as for a lock, and a released permit goes to the first.
+    /// Everyone using a name must ask for the same number of permits while it is in use (an acquire
+    /// that asks for another is refused with [`Error::PermitsInUse`]). Between 1 and
+    /// [`LeaseOptions::MAX_PERMITS`].
+    ///
+    /// The fences of a semaphore's permits come from the name's one counter: they order the
+    /// acquisitions, but a resource fenced with them admits only the latest holder, which is
+    /// exclusion, not a semaphore. Fence per resource instead (one name per resource).
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
     /// Validates and builds. Refuses a TTL out of range, a drift not shorter than the TTL, a renewal
-    /// period of zero or not shorter than `ttl - drift`, a zero maximum hold, and a replica wait for zero
-    /// replicas or with a zero timeout, each with a message that names the value and the fix.
+    /// period of zero or not shorter than `ttl - drift`, a zero maximum hold, a replica wait for zero
+    /// replicas or with a zero timeout, a hand-over TTL under 50 ms or over the TTL, and permits
+    /// outside 1..=[`LeaseOptions::MAX_PERMITS`], each with a message that names the value and the
+    /// fix.
     pub fn build(self) -> Result<LeaseOptions> {
         let ttl = self.ttl.unwrap_or(Duration::from_secs(30));
         if ttl < LeaseOptions::MIN_TTL || ttl > LeaseOptions::MAX_TTL {
@@ -193,12 +248,39 @@ impl LeaseOptionsBuilder {
                 ));
             }
         }
+        let handoff_ttl = match self.handoff_ttl {
+            None => DEFAULT_HANDOFF_TTL.min(ttl),
+            Some(first) if first < MIN_HANDOFF_TTL || first > ttl => {
+                return Err(Error::invalid(
+                    "handoff ttl",
+                    format!(
+                        "{} ms is out of range; use between {} ms and the ttl ({} ms)",
+                        first.as_millis(),
+                        MIN_HANDOFF_TTL.as_millis(),
+                        ttl.as_millis()
+                    ),
+                ))
+            }
+            Some(first) => first,
+        };
+        let permits = self.permits.unwrap_or(1);
+        if permits == 0 || permits > LeaseOptions::MAX_PERMITS {
+            return Err(Error::invalid(
+                "permits",
+                format!(
+                    "{permits} is out of range; use between 1 (a lock) and {} (a semaphore)",
+                    LeaseOptions::MAX_PERMITS
+                ),
+            ));
+        }
         Ok(LeaseOptions {
             ttl,
             renew_every,
             drift,
             max_hold: self.max_hold,
             replicas: self.replicas,
+            handoff_ttl,
+            permits,
         })
     }
 }
@@ -212,6 +294,10 @@ mod tests {
         let o = LeaseOptions::default();
         assert_eq!(o.ttl(), Duration::from_secs(30));
         assert_eq!(o.renew_every(), Some(Duration::from_secs(10)));
+        assert_eq!(o.handoff_ttl(), Duration::from_secs(1));
+        assert_eq!(o.permits(), 1);
+        let short = LeaseOptions::with_ttl(Duration::from_millis(300)).unwrap();
+        assert_eq!(short.handoff_ttl(), short.ttl());
     }
 
     #[test]
@@ -227,6 +313,11 @@ mod tests {
             LeaseOptions::builder().ttl(ms(1000)).drift(ms(1000)),
             LeaseOptions::builder().max_hold(Duration::ZERO),
             LeaseOptions::builder().wait_for_replicas(0, ms(10), ReplicaPolicy::FailClosed),
+            LeaseOptions::builder().handoff_ttl(ms(10)),
+            LeaseOptions::builder().ttl(ms(500)).handoff_ttl(ms(600)),
+            LeaseOptions::builder().permits(0),
+            LeaseOptions::builder().permits(LeaseOptions::MAX_PERMITS + 1),
+            LeaseOptions::builder().permits(u32::MAX),
         ];
         for b in cases {
             let dbg = format!("{b:?}");

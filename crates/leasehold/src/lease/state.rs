@@ -50,6 +50,19 @@ pub(crate) struct LeaseState {
     finished: AtomicBool,
 }
 
+/// The drift allowance over a first TTL shorter than the options' (a hand-over grants one): clock
+/// rates differ in proportion to the time measured, so the allowance shrinks with it, never below
+/// 2 ms (the fixed part of the default) nor above the configured drift.
+fn first_drift(granted: Duration, opts: &LeaseOptions) -> Duration {
+    if granted >= opts.ttl || opts.ttl.is_zero() {
+        return opts.drift;
+    }
+    let scaled = opts
+        .drift
+        .mul_f64(granted.as_secs_f64() / opts.ttl.as_secs_f64());
+    scaled.max(Duration::from_millis(2)).min(opts.drift)
+}
+
 impl LeaseState {
     /// `token` is 32 hex digits.
     pub(crate) fn new(
@@ -59,7 +72,7 @@ impl LeaseState {
         grant: &Grant,
         opts: Arc<LeaseOptions>,
     ) -> Self {
-        let deadline = grant.since + grant.ttl.saturating_sub(opts.drift);
+        let deadline = grant.since + grant.ttl.saturating_sub(first_drift(grant.ttl, &opts));
         let max_hold_at = opts.max_hold.map(|m| grant.since + m);
         let first_renewal = opts
             .renew_every
@@ -259,7 +272,11 @@ pub(crate) mod tests {
             wakes_next: false,
         };
         let st = LeaseState::new(1, "t", "ab", &grant, Arc::new(o));
-        assert_eq!(st.effective_deadline(), t0 + ms(1_900));
+        // The drift over the 2 s first TTL: 100 ms x 2/30.
+        assert_eq!(
+            st.effective_deadline(),
+            t0 + ms(2_000) - Duration::from_nanos(6_666_667)
+        );
         assert_eq!(st.first_renewal, Some(t0 + ms(2_000) / 3));
         assert_eq!(st.token().len(), 32);
         st.extend(t0 + ms(600));

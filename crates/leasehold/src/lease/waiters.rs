@@ -1,10 +1,11 @@
 //! Waiting for a busy lease without retry storms: the tasks of one client that wait for the same name
-//! queue behind one FIFO async mutex, so only the head of the queue talks to Redis. The head blocks on
-//! `BLPOP` of the name's wake list (a release pushes one wake-up), with a timeout of the holder's
-//! remaining TTL plus jitter so that a crashed holder's expiry is noticed too.
+//! queue behind one FIFO async mutex, so only the head of the queue talks to the store. The head waits
+//! the store's way: on Redis it joins the name's queue in Redis and blocks on its own wake list until a
+//! release hands it the lease; a step blocks no longer than the holder's remaining TTL plus jitter, so
+//! that an expiry (a crashed holder) is noticed too.
 //!
-//! Limit: fairness is FIFO among the tasks of one client only; across processes, whichever contender
-//! pops the wake-up (or asks first after an expiry) wins. `try_acquire` does not queue.
+//! Limit: this queue orders the tasks of one client; across clients the store's queue decides (Redis:
+//! arrival order). `try_acquire` does not queue, and on Redis it does not jump a non-empty queue either.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

@@ -12,6 +12,9 @@ use leasehold::LeaseOptions;
 #[cfg(feature = "redis")]
 use leasehold_testkit::RedisServer;
 
+#[cfg(feature = "redis")]
+pub mod resource;
+
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

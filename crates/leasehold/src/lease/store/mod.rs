@@ -71,12 +71,53 @@ pub struct LeaseInfo {
     pub name: String,
     /// Where the store keeps it (the Redis lock key, the table row, the etcd key prefix).
     pub key: String,
-    /// Whether a holder has it now.
+    /// Whether a holder has it now (for a semaphore: at least one holder).
     pub held: bool,
-    /// Remaining TTL of the current holder, in milliseconds (`None` when free or without expiry).
+    /// Remaining TTL of the current holder, in milliseconds (`None` when free or without expiry; for
+    /// a semaphore, the holder whose permit runs out first).
     pub ttl_ms: Option<u64>,
     /// The last fence issued for this name (`None` if none is known: never acquired, or the store
     /// dropped it after the retention period).
+    pub fence: Option<Fence>,
+    /// How many holders the name admits at once: 1 for a lock, more for a semaphore in use.
+    pub permits: u32,
+    /// Who holds it now, the soonest to expire first (a lock: at most one).
+    pub holders: Vec<HolderInfo>,
+    /// Waiters queued for it in the store (0 for a store that keeps no queue).
+    pub waiting: u64,
+}
+
+impl LeaseInfo {
+    /// A name nobody holds, as a store reports one it knows nothing of.
+    pub(crate) fn free(name: &str, key: String) -> Self {
+        LeaseInfo {
+            name: name.to_owned(),
+            key,
+            held: false,
+            ttl_ms: None,
+            fence: None,
+            permits: 1,
+            holders: Vec::new(),
+            waiting: 0,
+        }
+    }
+
+    /// Permits nobody holds now.
+    pub fn free_permits(&self) -> u32 {
+        self.permits
+            .saturating_sub(u32::try_from(self.holders.len()).unwrap_or(u32::MAX))
+    }
+}
+
+/// One holder of a lease name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HolderInfo {
+    /// The holder's token (what `release --force --token` evicts).
+    pub token: String,
+    /// Its remaining TTL, in milliseconds (`None`: without expiry).
+    pub ttl_ms: Option<u64>,
+    /// The fence it was granted, when the store keeps it per holder (a semaphore's permits; for a
+    /// lock the name's last fence is its holder's).
     pub fence: Option<Fence>,
 }
 
@@ -125,9 +166,13 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     /// PEM roots to trust for TLS instead of the built-in ones.
     pub(crate) tls_root_ca_pem: Option<Vec<u8>>,
-    /// How long the store keeps what it knows of a name nobody holds (`None`: the store's default).
-    pub(crate) idle_retention: Option<Duration>,
+    /// How long what a store keeps of a name (its last fence, its queue) outlives the name's last
+    /// use; afterwards nothing of it is left.
+    pub(crate) retention: Duration,
 }
+
+/// How long what a store keeps of a name outlives its last use, by default.
+pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(3600);
 
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,7 +181,7 @@ impl fmt::Debug for Settings {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("tls_root_ca_pem", &self.tls_root_ca_pem.is_some())
-            .field("idle_retention", &self.idle_retention)
+            .field("retention", &self.retention)
             .finish()
     }
 }
@@ -150,8 +195,8 @@ pub(crate) struct Request<'a> {
     pub(crate) token: &'a str,
     /// TTL, replica policy and the rest.
     pub(crate) opts: &'a LeaseOptions,
-    /// How long the caller will wait if the lease is busy (zero: it will not). A store with a queue
-    /// enqueues the caller when this is above zero.
+    /// How long the caller will wait if the lease is busy (zero: it will not): its time left at each
+    /// step of a wait.
     pub(crate) wait: Duration,
 }
 
@@ -238,6 +283,31 @@ pub(crate) trait Store: Send + Sync + fmt::Debug + 'static {
     /// blocks a connection that other calls share.
     async fn wait_turn(&self, req: &Request<'_>, block: Duration) -> Result<Turn>;
 
+    /// One step of a waiting acquire (`req.wait` is the time the caller has left): the lease if it is
+    /// free or was handed over meanwhile, else busy after waiting at most `block` for a turn. Running
+    /// it again with the same request continues the same wait (a store with a queue keeps the caller's
+    /// place) and gets a lease taken meanwhile back.
+    ///
+    /// The default asks ([`Store::acquire`]) and, when busy, waits ([`Store::wait_turn`]) for the
+    /// holder's remaining time plus jitter, at most `block`. A store with a queue may do both in one
+    /// request: join the queue (or refresh the caller's place in it) and block until handed the
+    /// lease.
+    async fn acquire_or_wait(&self, req: &Request<'_>, block: Duration) -> Result<Attempt> {
+        match self.acquire(req).await? {
+            taken @ Attempt::Taken(_) => Ok(taken),
+            Attempt::Busy { remaining } => {
+                let block = crate::lease::waiters::block_for(remaining, block);
+                if block < Duration::from_millis(1) {
+                    return Ok(Attempt::Busy { remaining });
+                }
+                Ok(match self.wait_turn(req, block).await? {
+                    Turn::Taken(grant) => Attempt::Taken(grant),
+                    Turn::AskAgain => Attempt::Busy { remaining },
+                })
+            }
+        }
+    }
+
     /// The caller gave up on `req` (cancelled or timed out): leave any queue, and release the lease
     /// if it was taken or handed over in the meantime. Safe to call when nothing was taken.
     async fn abandon(&self, req: &Request<'_>) -> Result<()> {
@@ -259,8 +329,19 @@ pub(crate) trait Store: Send + Sync + fmt::Debug + 'static {
     /// Releases each lease that still holds its token and wakes a waiter: per item as [`Store::renew`].
     async fn release(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>>;
 
-    /// Operator's override: frees `name` whoever holds it and advances its fence.
+    /// Operator's override: frees `name` whoever holds it (every holder of a semaphore) and advances
+    /// its fence.
     async fn force_release(&self, name: &str) -> Result<ForcedRelease>;
+
+    /// Operator's override for one holder: evicts the holder of `name` whose token is `token`, if it
+    /// holds it, and advances the fence. The default refuses: a store without per-holder eviction.
+    async fn force_release_holder(&self, name: &str, token: &str) -> Result<ForcedRelease> {
+        let _ = (name, token);
+        Err(Error::invalid(
+            "holder",
+            "this store cannot evict one holder by token; evict every holder instead",
+        ))
+    }
 
     /// Reads the state of each name without touching it.
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>>;
@@ -351,7 +432,7 @@ mod tests {
             response_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             tls_root_ca_pem: None,
-            idle_retention: None,
+            retention: DEFAULT_RETENTION,
         };
         let err = open("mongodb://u:secret@h/db", settings).await.unwrap_err();
         let msg = err.to_string();

@@ -745,6 +745,7 @@ impl EtcdStore {
                     fence: record
                         .and_then(|kv| u64::try_from(kv.mod_revision()).ok())
                         .map(Fence::new),
+                    ..LeaseInfo::free(name, String::new())
                 });
             }
             let first = out.len() - chunk.len();

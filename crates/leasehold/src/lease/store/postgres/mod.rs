@@ -47,10 +47,6 @@ use crate::fence::Fence;
 /// The table the leases live in, for messages and status output.
 const TABLE: &str = "leasehold_leases";
 
-/// Idle retention when the client sets none: how long a row nobody holds is kept (its last fence
-/// shown by `status`, a retried release recognised) before the sweeper deletes it.
-pub(crate) const DEFAULT_IDLE_RETENTION: Duration = Duration::from_secs(3600);
-
 /// Longest key prefix accepted: prefix and name travel together in a notification, whose payload
 /// PostgreSQL limits to 8000 bytes.
 const MAX_PREFIX_LEN: usize = 256;
@@ -158,11 +154,10 @@ fn remaining(ms: Option<i64>) -> Option<Duration> {
 fn info(prefix: &str, row: statements::InfoRow) -> LeaseInfo {
     let (name, held, remaining_ms, fence) = row;
     LeaseInfo {
-        key: key(prefix, &name),
-        name,
         held,
         ttl_ms: remaining_ms.and_then(|m| u64::try_from(m).ok()),
         fence: fence.and_then(|f| u64::try_from(f).ok()).map(Fence::new),
+        ..LeaseInfo::free(&name, key(prefix, &name))
     }
 }
 
@@ -258,7 +253,7 @@ impl PostgresStore {
         conns.put(conn);
 
         let prefix: Arc<str> = settings.prefix.into();
-        let retention = settings.idle_retention.unwrap_or(DEFAULT_IDLE_RETENTION);
+        let retention = settings.retention;
         let sweeper = CancellationToken::new();
         sweep::spawn(
             options.clone(),

@@ -745,7 +745,7 @@ mod tests {
                 response_timeout: SEC,
                 connect_timeout: SEC,
                 tls_root_ca_pem: None,
-                idle_retention: None,
+                retention: crate::lease::store::DEFAULT_RETENTION,
             }
         }
 
@@ -778,7 +778,13 @@ mod tests {
                 .unwrap();
             for name in names_on_every_master(&cluster) {
                 let k = LeaseKeys::new("t", &name).unwrap();
-                let acquire = || scripts::acquire(&k, "a", 30 * SEC, SEC);
+                let t = scripts::Tuning::default();
+                let ask = scripts::Ask {
+                    ttl: 30 * SEC,
+                    first_ttl: SEC,
+                    permits: 1,
+                };
+                let acquire = || scripts::acquire(&k.lock, "a", ask, Duration::ZERO, &t);
                 let first = AcquireReply::from_value(scripts::invoke(&mut con, &acquire()).await);
                 let again = AcquireReply::from_value(scripts::invoke(&mut con, &acquire()).await);
                 let first = first.unwrap();
@@ -786,32 +792,35 @@ mod tests {
                 assert_eq!(first, again.unwrap(), "{name}: same lease and fence");
                 for _ in 0..2 {
                     let v: Value =
-                        scripts::invoke(&mut con, &scripts::renew(&k.lock, "a", 30 * SEC))
+                        scripts::invoke(&mut con, &scripts::renew(&k.lock, "a", 30 * SEC, 1))
                             .await
                             .unwrap();
                     assert!(scripts::flag(Ok(v)).unwrap(), "{name}: renewed");
                 }
                 for _ in 0..2 {
-                    let v: Value = scripts::invoke(&mut con, &scripts::release(&k, "a"))
-                        .await
-                        .unwrap();
+                    let v: Value =
+                        scripts::invoke(&mut con, &scripts::release(&k.lock, "a", 1, &t))
+                            .await
+                            .unwrap();
                     assert!(
                         scripts::flag(Ok(v)).unwrap(),
                         "{name}: a retried release says released"
                     );
                 }
-                let (e1, f1): (i64, i64) = scripts::invoke(&mut con, &scripts::force_release(&k))
-                    .await
-                    .unwrap();
-                let (e2, f2): (i64, i64) = scripts::invoke(&mut con, &scripts::force_release(&k))
-                    .await
-                    .unwrap();
+                // A retried forced release carries the same request id: it evicts nobody new.
+                let forced = scripts::force_release(&k.lock, "op-1", None, &t);
+                let (e1, f1): (i64, i64) = scripts::invoke(&mut con, &forced).await.unwrap();
+                let (e2, f2): (i64, i64) = scripts::invoke(&mut con, &forced).await.unwrap();
                 assert!(
-                    e1 == 0 && e2 == 0 && f2 > f1,
-                    "{name}: nothing to evict, fence up"
+                    e1 == 0 && e2 == 0 && f2 >= f1,
+                    "{name}: nothing to evict, the fence never down"
                 );
                 let next = AcquireReply::from_value(
-                    scripts::invoke(&mut con, &scripts::acquire(&k, "b", 30 * SEC, SEC)).await,
+                    scripts::invoke(
+                        &mut con,
+                        &scripts::acquire(&k.lock, "b", ask, Duration::ZERO, &t),
+                    )
+                    .await,
                 )
                 .unwrap();
                 match (first, next) {

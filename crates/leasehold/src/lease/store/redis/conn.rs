@@ -224,6 +224,7 @@ impl BlockingPool {
                 .rposition(|(a, _)| *a == addr)
                 .map(|i| idle.remove(i).1)
         };
+        let fresh = reused.is_none();
         let con = match reused {
             Some(con) => con,
             None => self.open(&client).await.inspect_err(|e| {
@@ -239,6 +240,7 @@ impl BlockingPool {
             nodes: self.nodes.clone(),
             connect_timeout: self.connect_timeout,
             count: self.count.clone(),
+            fresh,
         })
     }
 
@@ -297,6 +299,15 @@ pub(crate) struct Dedicated {
     connect_timeout: Duration,
     /// Requests sent, shared with the store.
     count: Arc<AtomicU64>,
+    /// Opened for this request (not taken from the idle list): the server may lack our scripts.
+    fresh: bool,
+}
+
+impl Dedicated {
+    /// Whether the connection was opened for this request rather than reused.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.fresh
+    }
 }
 
 impl std::fmt::Debug for Dedicated {

@@ -1,24 +1,43 @@
 //! The Redis keys of a lease name.
+//!
+//! Promise: every key of a name shares the hash tag `{<prefix>:<name>}`, so in Redis Cluster they live
+//! in one slot and a script may touch them together; the scripts derive the names below from the lock
+//! key they are given (`scripts/lib.lua`), and a test checks that both agree. Limit: the names are a
+//! layout, not an API; only `lock` is promised to stay (other `SET NX PX` locks share it).
 
 use crate::error::Result;
 use crate::lease::names::validate_name;
 
-/// The Redis keys of one lease name. All four share the hash tag `{<prefix>:<name>}`, so in Redis
-/// Cluster they live in one slot and the Lua scripts may touch them together.
+/// The Redis keys of one lease name.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaseKeys {
     /// Holds the current holder's token, and nothing else (interop with other `SET NX PX` locks).
     pub lock: String,
-    /// The last fence issued for this name; never deleted by release.
+    /// The last fence issued for this name; release keeps it, it expires after the retention.
     pub fence: String,
-    /// Wake-up list a release pushes to, so waiters block instead of polling.
-    pub wake: String,
-    /// Marker that someone was told "busy" and may be blocked on `wake`; a release pushes a wake-up
-    /// only while it exists. Expires on its own.
-    pub waiting: String,
+    /// The waiters in arrival order (a sorted set of tokens): a release hands the lease to the first.
+    pub queue: String,
+    /// Each queued waiter's deadline and TTL (a hash by token): a waiter that stops refreshing its
+    /// deadline is skipped.
+    pub waiters: String,
+    /// Tokens whose acquire was given up (a sorted set by expiry): an acquire that reaches Redis after
+    /// its caller gave up does nothing.
+    pub gone: String,
     /// The token of the last release, for a few seconds: a release retried after a reconnect hears
     /// "released" again.
     pub released: String,
+    /// The result of the last forced release, for a few seconds, so that a retried forced release
+    /// does not evict the waiter the first one handed the lease to.
+    pub forced: String,
+    /// The common start of every per-waiter wake list: `{<prefix>:<name>}:wake:<token>`.
+    pub wake_prefix: String,
+    /// A semaphore's number of permits, while it is in use.
+    pub permits: String,
+    /// A semaphore's holders (a sorted set of tokens by expiry, server milliseconds).
+    pub holders: String,
+    /// The fence of each of a semaphore's holders (a hash by token).
+    pub held: String,
 }
 
 impl LeaseKeys {
@@ -29,6 +48,17 @@ impl LeaseKeys {
         validate_name(name)?;
         Ok(Self::for_checked(prefix, name))
     }
+
+    /// The wake list of the waiter holding `token`: a hand-over pushes the lease's fence there.
+    pub fn wake(&self, token: &str) -> String {
+        format!("{}{token}", self.wake_prefix)
+    }
+
+    /// Remembers, for a few seconds, that the semaphore permit of `token` was given back.
+    pub fn released_permit(&self, token: &str) -> String {
+        let tag = self.lock.strip_suffix("lock").unwrap_or(&self.lock);
+        format!("{tag}released:{token}")
+    }
 }
 
 impl LeaseKeys {
@@ -38,11 +68,27 @@ impl LeaseKeys {
         LeaseKeys {
             lock: format!("{tag}:lock"),
             fence: format!("{tag}:fence"),
-            wake: format!("{tag}:wake"),
-            waiting: format!("{tag}:waiting"),
+            queue: format!("{tag}:queue"),
+            waiters: format!("{tag}:waiters"),
+            gone: format!("{tag}:gone"),
             released: format!("{tag}:released"),
+            forced: format!("{tag}:forced"),
+            wake_prefix: format!("{tag}:wake:"),
+            permits: format!("{tag}:permits"),
+            holders: format!("{tag}:holders"),
+            held: format!("{tag}:held"),
         }
     }
+}
+
+/// The lock key alone (what every script is given; the scripts derive the rest).
+pub(crate) fn lock_key(prefix: &str, name: &str) -> String {
+    format!("{{{prefix}:{name}}}:lock")
+}
+
+/// The wake list of one waiter.
+pub(crate) fn wake_key(prefix: &str, name: &str, token: &str) -> String {
+    format!("{{{prefix}:{name}}}:wake:{token}")
 }
 
 #[cfg(test)]
@@ -56,8 +102,13 @@ mod tests {
         let k = LeaseKeys::new("leasehold", "orders").unwrap();
         assert_eq!(k.lock, "{leasehold:orders}:lock");
         assert_eq!(k.fence, "{leasehold:orders}:fence");
-        assert_eq!(k.wake, "{leasehold:orders}:wake");
-        assert_eq!(k.waiting, "{leasehold:orders}:waiting");
+        assert_eq!(k.queue, "{leasehold:orders}:queue");
+        assert_eq!(k.waiters, "{leasehold:orders}:waiters");
+        assert_eq!(k.wake("ab"), "{leasehold:orders}:wake:ab");
+        assert_eq!(k.released_permit("ab"), "{leasehold:orders}:released:ab");
+        assert_eq!(k.holders, "{leasehold:orders}:holders");
+        assert_eq!(k.lock, lock_key("leasehold", "orders"));
+        assert_eq!(k.wake("ab"), wake_key("leasehold", "orders", "ab"));
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! Layout: `node` (one master: connections, identity, bounded requests), `quorum` (counting replies;
 //! no I/O), `scripts` (one `.lua` file per script, each behind one function that prepares its call).
 
+mod keys;
 mod node;
 mod quorum;
 mod scripts;
@@ -37,10 +38,10 @@ use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
+use self::keys::RedlockKeys;
 use self::node::{Failure, Node};
 use self::quorum::{majority, AcquireTally, AcquireVote, Verdict, Votes};
 use self::scripts::NodeAcquire;
-use super::redis::keys::LeaseKeys;
 use super::{
     Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
 };
@@ -249,8 +250,8 @@ impl RedlockStore {
         })
     }
 
-    fn keys(&self, name: &str) -> LeaseKeys {
-        LeaseKeys::for_checked(&self.inner.prefix, name)
+    fn keys(&self, name: &str) -> RedlockKeys {
+        RedlockKeys::for_checked(&self.inner.prefix, name)
     }
 
     fn n(&self) -> usize {
@@ -362,7 +363,7 @@ impl RedlockStore {
 
     /// Releases `token` on the masters in `targets` (the undo of an attempt) and waits for the
     /// answers (each bounded by the response time); a master that fails keeps the lock until its TTL.
-    async fn undo(&self, keys: &LeaseKeys, token: &str, targets: Vec<usize>) {
+    async fn undo(&self, keys: &RedlockKeys, token: &str, targets: Vec<usize>) {
         if targets.is_empty() {
             return;
         }
@@ -388,7 +389,7 @@ impl RedlockStore {
     /// while it still holds our lock. Returns how many granted masters now hold the fence.
     async fn confirm(
         &self,
-        keys: &LeaseKeys,
+        keys: &RedlockKeys,
         token: &str,
         fence: u64,
         granted: &[(usize, u64, bool)],
@@ -446,7 +447,7 @@ impl RedlockStore {
         &self,
         phase: Phase,
         held: &[Held<'_>],
-        make: impl Fn(&LeaseKeys, &Held<'_>) -> redis::ScriptInvocation<'static>,
+        make: impl Fn(&RedlockKeys, &Held<'_>) -> redis::ScriptInvocation<'static>,
     ) -> Vec<Result<bool>> {
         let n = self.n();
         let limit = self.inner.response_timeout;
@@ -514,7 +515,7 @@ impl RedlockStore {
         let n = self.n();
         let quorum = self.quorum();
         let limit = self.inner.response_timeout;
-        let keys: Arc<Vec<LeaseKeys>> =
+        let keys: Arc<Vec<RedlockKeys>> =
             Arc::new(names.iter().map(|name| self.keys(name)).collect());
         let mut per_node: Vec<Option<Vec<KeyState>>> = vec![None; n];
         let mut first_failure = None;
@@ -583,6 +584,7 @@ impl RedlockStore {
                         None
                     },
                     fence: answered.iter().filter_map(|v| v[j].1).max().map(Fence::new),
+                    ..LeaseInfo::free(name, String::new())
                 }
             })
             .collect())
@@ -1016,7 +1018,7 @@ impl Store for RedlockStore {
                             };
                             let name = rest
                                 .strip_suffix("}:lock")
-                                .or_else(|| rest.strip_suffix("}:fence"));
+                                .or_else(|| rest.strip_suffix("}:rl-fence"));
                             if let Some(name) =
                                 name.filter(|n| crate::lease::names::validate_name(n).is_ok())
                             {

@@ -53,7 +53,7 @@ impl Masters {
                 response_timeout: ms(300),
                 connect_timeout: ms(300),
                 tls_root_ca_pem: None,
-                idle_retention: None,
+                retention: crate::lease::store::DEFAULT_RETENTION,
             },
             rule,
         )

@@ -1,61 +1,81 @@
--- acquire: take the lock if free, mint a fence that never goes backwards.
--- KEYS[1] lock, KEYS[2] fence, KEYS[3] wake, KEYS[4] waiting marker
--- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] how long the caller may block on the wake list
--- when busy, in milliseconds (0: it will not wait), ARGV[4] slack added to the marker's lifetime
--- Returns {1, fence, waiting} when taken (waiting 1: the marker is alive and now covers this hold),
--- {0, pttl} when busy (pttl -1: held without expiry).
+-- acquire: take the lock if it is free and nobody is queued before the caller; else say how long it
+-- stays busy and, when the caller waits, put it in the queue (or refresh its place there).
+-- KEYS[1] lock
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] block ms: 0 when the caller does not wait, else the length of
+-- the BLPOP of the caller's wake list that follows this script in the same pipeline, ARGV[4] the
+-- first TTL the caller wants if a release hands it the lock ms, ARGV[5] slack added to a waiter's deadline ms, ARGV[6] how long
+-- an unclaimed wake-up lingers ms, ARGV[7] life of the queue keys ms, ARGV[8] fence retention ms
+-- Returns {1, fence, ttl ms the lock has now, server µs} taken; {0, pttl, server µs} busy (pttl -1:
+-- held without expiry, 0: free but the queue goes first); {2} the caller gave up on this token
+-- before this arrived (nothing done); {3, permits} the name is in use as a semaphore of that many
+-- permits (nothing done).
 --
--- The waiting marker tells release that someone may be blocked on the wake list, so an uncontended
--- release pushes nothing. It is set by the same script that answers "busy", before the caller blocks,
--- so a release that runs between this reply and the caller's BLPOP still finds it and pushes. It is
--- never shortened, and it is not cleared by release (other contenders may still be blocked): it
--- expires after the longest block it announced, plus slack.
--- Run twice (a client retrying after a reconnect), it must not see its own lock as busy: the same
--- token finds the lock it took and gets the same lease and fence back.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  local again = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  return {1, again, redis.call('EXISTS', KEYS[4])}
+-- No barging: while the queue is not empty a free lock goes to its first live waiter, here, and the
+-- caller (unless that is the caller) is busy. Run twice (a retry after a reconnect) it must not see
+-- its own lock as busy: the same token finds the lock it took, or was handed, and gets it back.
+local token = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local block = tonumber(ARGV[3])
+local linger_ms = tonumber(ARGV[6])
+local retention_ms = tonumber(ARGV[8])
+
+-- Taken: when a BLPOP follows, it must return at once, so it finds the grant on the wake list.
+local function taken(fence, ttl_now)
+  if block > 0 then
+    notify(token, fence, ttl_now, linger_ms)
+  end
+  return {1, fence, ttl_now, now_us()}
 end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl ~= -2 then
-  local wait = tonumber(ARGV[3])
-  if wait > 0 then
-    -- The caller blocks for the holder's remaining TTL plus at most 250 ms of jitter, never past
-    -- its own wait bound.
-    local block = wait
-    if pttl >= 0 and pttl + 250 < wait then
-      block = pttl + 250
+
+-- false when free (Redis turns a nil reply into false).
+local holder = redis.call('GET', lock_key)
+if holder == token then
+  local fence = redis.call('GET', fence_key)
+  if not fence then
+    -- Only when the retention is shorter than the time since this lease was taken.
+    return redis.error_reply('LEASEHOLD the fence of this lease outlived its retention; acquire again')
+  end
+  return taken(tonumber(fence), redis.call('PTTL', lock_key))
+end
+-- One command on the uncontended path tells whether anyone is queued, anything was given up, or the
+-- name is (or was) a semaphore.
+local queue_first = false
+if redis.call('EXISTS', queue_key, gone_key, permits_key) > 0 then
+  if redis.call('ZSCORE', gone_key, token) then
+    return {2}
+  end
+  local permits = semaphore_in_use()
+  if permits then
+    return {3, permits}
+  end
+  if not holder then
+    local head, fence, first = hand_lock(linger_ms, retention_ms)
+    if head == token then
+      -- hand_lock already put the grant on our wake list.
+      return {1, fence, first, now_us()}
     end
-    local px = block + tonumber(ARGV[4])
-    if redis.call('PTTL', KEYS[4]) < px then
-      redis.call('SET', KEYS[4], '1', 'PX', px)
+    if head then
+      holder = head
+    elseif redis.call('EXISTS', queue_key) == 1 then
+      -- Nobody live at the head within this script's budget; the queue still goes first.
+      queue_first = true
     end
   end
-  return {0, pttl}
 end
--- fence = max(stored + 1, server time in microseconds): strictly above the stored value, and above
--- every fence issued before Redis lost the key (restart, failover), as long as the server clock does
--- not step back by more than the time the loss took. Microseconds since 1970 (~2^51) are exact in a
--- Lua double; string.format('%d') keeps them out of exponent notation.
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local fence = stored + 1
-if now_us > fence then
-  fence = now_us
+if not holder and not queue_first then
+  -- The fence key outlives at least this first TTL, so that a retry finds the fence.
+  local fence = next_fence(math.max(retention_ms, ttl))
+  redis.call('SET', lock_key, token, 'PX', ttl)
+  return taken(fence, ttl)
 end
-redis.call('SET', KEYS[2], string.format('%d', fence))
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local waiting = 0
-local marker = redis.call('PTTL', KEYS[4])
-if marker ~= -2 then
-  -- Contenders are about: a wake-up left by an earlier release is stale now that the lock is taken
-  -- again, and the marker must outlive this hold so that its release wakes the next one.
-  redis.call('DEL', KEYS[3])
-  local px = tonumber(ARGV[2]) + tonumber(ARGV[4])
-  if marker >= 0 and marker < px then
-    redis.call('PEXPIRE', KEYS[4], px)
-  end
-  waiting = 1
+local pttl = 0
+if holder then
+  pttl = redis.call('PTTL', lock_key)
 end
-return {1, fence, waiting}
+if block > 0 then
+  -- A grant left on the wake list by a hand-over this token never took up is stale: the lock is not
+  -- ours. Clear it, so that the BLPOP that follows returns only a grant made after this point.
+  redis.call('DEL', wake_key(token))
+  enqueue(token, now_ms() + block + tonumber(ARGV[5]), tonumber(ARGV[4]), tonumber(ARGV[7]))
+end
+return {0, pttl, now_us()}

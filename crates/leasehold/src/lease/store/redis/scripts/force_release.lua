@@ -1,21 +1,42 @@
--- force_release: the operator's override. Deletes the lock whoever holds it and advances the fence
--- (same rule as acquire), so the evicted holder's renewals fail and its fenced writes are refused.
--- KEYS[1] lock, KEYS[2] fence, KEYS[3] wake, KEYS[4] waiting marker
--- ARGV[1] how long an unclaimed wake-up lingers, in milliseconds
--- Returns {evicted (0/1), fence}.
-local evicted = redis.call('DEL', KEYS[1])
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local fence = stored + 1
-if now_us > fence then
-  fence = now_us
+-- force_release: the operator's override. Evicts the holder (of a lock, or one or every holder of a
+-- semaphore) and advances the fence (same rule as acquire), so the evicted holder's renewals fail
+-- and its fenced writes are refused; then hands what it freed to the first live waiters.
+-- KEYS[1] lock
+-- ARGV[1] this request's id, ARGV[2] how long its result is remembered ms, ARGV[3] how long an
+-- unclaimed wake-up lingers ms, ARGV[4] fence retention ms, ARGV[5] the token to evict ('': every
+-- holder)
+-- Returns {evicted (0/1), fence}. Run twice (the same id), it returns the first result and does not
+-- evict the waiter the first run handed the lock to.
+local op = ARGV[1]
+local last = redis.call('GET', forced_key)
+if last then
+  local id, evicted, fence = string.match(last, '^(%w+),(%d),(%d+)$')
+  if id == op then
+    return {tonumber(evicted), tonumber(fence)}
+  end
 end
-redis.call('SET', KEYS[2], string.format('%d', fence))
--- Wake one waiter, if acquire.lua recently told someone "busy".
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('LPUSH', KEYS[3], '1')
-  redis.call('LTRIM', KEYS[3], 0, 0)
-  redis.call('PEXPIRE', KEYS[3], ARGV[1])
+local target = ARGV[5]
+local evicted = 0
+if target == '' then
+  -- Everyone: the lock's holder, or every holder of a semaphore.
+  evicted = redis.call('DEL', lock_key)
+  if prune_holders() > 0 then
+    evicted = 1
+  end
+  redis.call('DEL', holders_key, held_key)
+elseif redis.call('GET', lock_key) == target then
+  evicted = redis.call('DEL', lock_key)
+elseif redis.call('ZREM', holders_key, target) == 1 then
+  redis.call('HDEL', held_key, target)
+  evicted = 1
+end
+local fence = next_fence(tonumber(ARGV[4]))
+redis.call('SET', forced_key, string.format('%s,%d,%d', op, evicted, fence), 'PX', ARGV[2])
+if redis.call('EXISTS', queue_key) == 1 then
+  if redis.call('EXISTS', permits_key) == 1 then
+    fill_permits('', tonumber(ARGV[3]), tonumber(ARGV[4]))
+  elseif redis.call('EXISTS', lock_key) == 0 then
+    hand_lock(tonumber(ARGV[3]), tonumber(ARGV[4]))
+  end
 end
 return {evicted, fence}

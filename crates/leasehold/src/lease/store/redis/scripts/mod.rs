@@ -1,7 +1,16 @@
 //! The lease's Lua scripts, one `.lua` file each, each behind one typed function. Scripts run as
 //! `EVALSHA`, reloaded automatically when the server answers `NOSCRIPT` (after a restart or failover).
 //!
-//! Limit: a script is atomic on one Redis server; it says nothing about what replicas have seen.
+//! Every script but renew begins with `lib.lua` (joined at compile time with `concat!`, not built by
+//! formatting): the derived key names, the server clock, the fence rule, the waiter queue and the
+//! hand-over are written once, so the rule that hands a lock to the next waiter cannot differ between
+//! the release, the abandon and the acquire that finds an expired lock.
+//!
+//! Promise: each script has the effect of running once when a client runs it twice (a retry after a
+//! reconnect): a retried acquire with the same token gets the same lease and fence back, a retried
+//! release says "released", a retried abandon finds nothing left, a retried forced release (same
+//! request id) does not evict the waiter the first run handed the lock to. Limit: a script is atomic on
+//! one Redis server; it says nothing about what replicas have seen.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -9,39 +18,120 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, ScriptInvocation, Value};
 
-use super::keys::LeaseKeys;
+const ACQUIRE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("acquire.lua"));
+const RELEASE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("release.lua"));
+const ABANDON_LUA: &str = concat!(include_str!("lib.lua"), include_str!("abandon.lua"));
+const FORCE_RELEASE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("force_release.lua"));
+/// Renewal is the one script on the path of every held lease, many times per TTL: it stays minimal.
+const RENEW_LUA: &str = include_str!("renew.lua");
+const SEM_ACQUIRE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("sem_acquire.lua"));
+const SEM_RELEASE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("sem_release.lua"));
+const SEM_RENEW_LUA: &str = concat!(include_str!("lib.lua"), include_str!("sem_renew.lua"));
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
-static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("force_release.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_LUA));
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_LUA));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
+static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_LUA));
+static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_LUA));
+static SEM_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RENEW_LUA));
 /// Every script, for reloading a server's lost script cache.
-static ALL: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &RENEW, &FORCE_RELEASE];
+static ALL: [&LazyLock<Script>; 8] = [
+    &ACQUIRE,
+    &RELEASE,
+    &ABANDON,
+    &FORCE_RELEASE,
+    &RENEW,
+    &SEM_ACQUIRE,
+    &SEM_RELEASE,
+    &SEM_RENEW,
+];
+/// Every script's source, for loading them all in one pipeline.
+const ALL_LUA: [&str; 8] = [
+    ACQUIRE_LUA,
+    RELEASE_LUA,
+    ABANDON_LUA,
+    FORCE_RELEASE_LUA,
+    RENEW_LUA,
+    SEM_ACQUIRE_LUA,
+    SEM_RELEASE_LUA,
+    SEM_RENEW_LUA,
+];
 
-/// How long an unclaimed wake-up stays in the wake list. Long enough for a contender that was just
-/// told "busy" to reach its `BLPOP`; a stale wake-up costs one extra acquire attempt, no more, and
-/// acquire deletes it once the lock is taken.
-pub(crate) const WAKE_LINGER: Duration = Duration::from_secs(30);
+/// The timings of the queue protocol. One value per store; tests shorten them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tuning {
+    /// Longest single block of a waiter on its wake list. A waiter contacts Redis at least this often
+    /// while it waits, which refreshes its place and hands over a lock that expired (its holder or a
+    /// dead waiter stopped renewing).
+    pub(crate) wait_refresh: Duration,
+    /// Added to a waiter's block to make its deadline in the queue; covers the round trip and the
+    /// client's own delay between two blocks. A waiter whose deadline passed is skipped.
+    pub(crate) entry_slack: Duration,
+    /// How long a grant nobody took up stays on a wake list.
+    pub(crate) wake_linger: Duration,
+    /// Life of the queue keys after their last write (every live waiter writes them each
+    /// `wait_refresh`).
+    pub(crate) queue_life: Duration,
+    /// How long a given-up token is remembered, so an acquire with it that arrives later (sent on
+    /// another connection before the abandon) does nothing.
+    pub(crate) given_up_memory: Duration,
+    /// How long a release (and a forced release) is remembered for a retry to hear the same answer.
+    pub(crate) released_memory: Duration,
+    /// How long the fence key outlives the name's last use.
+    pub(crate) retention: Duration,
+}
 
-/// How long a release remembers the token it released, so that a client that retries the release
-/// after a reconnect (the first one did reach the server) hears "released" again rather than "it was
-/// not yours". Retries come within seconds.
-pub(crate) const RELEASED_MEMORY: Duration = Duration::from_secs(10);
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            wait_refresh: Duration::from_millis(500),
+            entry_slack: Duration::from_millis(500),
+            wake_linger: Duration::from_secs(10),
+            queue_life: Duration::from_secs(60),
+            given_up_memory: Duration::from_secs(60),
+            released_memory: Duration::from_secs(10),
+            retention: crate::lease::store::DEFAULT_RETENTION,
+        }
+    }
+}
 
-/// Added to the waiting marker's lifetime beyond the longest block it announces, to cover the time
-/// between the "busy" reply and the contender's `BLPOP` reaching the server. A marker that outlives
-/// its waiters costs one needless wake-up push per release, no more.
-pub(crate) const WAITING_SLACK: Duration = Duration::from_secs(5);
+impl Tuning {
+    /// The default timings with `retention`: the fence key outlives a name's last use by that long,
+    /// and no other key of the name by more (a shorter retention shortens how long a release is
+    /// remembered for a retry, too). Never under the one second a waiter's place must last.
+    pub(crate) fn with_retention(retention: Duration) -> Self {
+        let d = Tuning::default();
+        let cap = retention.max(d.wait_refresh + d.entry_slack);
+        Tuning {
+            retention,
+            wake_linger: d.wake_linger.min(cap),
+            queue_life: d.queue_life.min(cap),
+            given_up_memory: d.given_up_memory.min(cap),
+            released_memory: d.released_memory.min(cap),
+            ..d
+        }
+    }
+}
 
 /// What acquire.lua answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken, with the new fence; `waiting`: the waiting marker is alive and covers this hold, so
-    /// its release will push a wake-up.
-    Taken { fence: u64, waiting: bool },
-    /// Busy; `pttl_ms` is the holder's remaining TTL (negative: held without expiry).
-    Busy { pttl_ms: i64 },
+    /// Taken (or taken before, by a run of the same call that the caller did not hear back from),
+    /// with the fence, the TTL the lock has now, and the server's time.
+    Taken {
+        fence: u64,
+        ttl_ms: i64,
+        server_us: i64,
+    },
+    /// Busy; `pttl_ms` is the holder's remaining TTL (negative: held without expiry; 0: free, but
+    /// the queue goes first).
+    Busy { pttl_ms: i64, server_us: i64 },
+    /// The caller gave up on this token before the script ran: nothing was done.
+    GivenUp,
+    /// The name is in use with another number of permits (1: as a lock): nothing was done.
+    PermitsInUse { permits: u32 },
 }
 
 impl AcquireReply {
@@ -49,12 +139,48 @@ impl AcquireReply {
     pub(crate) fn from_value(v: RedisResult<Value>) -> RedisResult<Self> {
         let reply: Vec<i64> = redis::from_redis_value(v?)?;
         match *reply {
-            [1, n, waiting] => Ok(AcquireReply::Taken {
+            [1, n, ttl_ms, server_us] => Ok(AcquireReply::Taken {
                 fence: u64::try_from(n).map_err(|_| bad_reply("acquire", "negative fence"))?,
-                waiting: waiting == 1,
+                ttl_ms,
+                server_us,
             }),
-            [0, n] => Ok(AcquireReply::Busy { pttl_ms: n }),
-            _ => Err(bad_reply("acquire", "not {1, fence, waiting} or {0, pttl}")),
+            [0, pttl_ms, server_us] => Ok(AcquireReply::Busy { pttl_ms, server_us }),
+            [2] => Ok(AcquireReply::GivenUp),
+            [3, permits] => Ok(AcquireReply::PermitsInUse {
+                permits: u32::try_from(permits)
+                    .map_err(|_| bad_reply("acquire", "permits out of range"))?,
+            }),
+            _ => Err(bad_reply(
+                "acquire",
+                "not {1, fence, ttl, time}, {0, pttl, time}, {2} or {3, permits}",
+            )),
+        }
+    }
+}
+
+/// What a hand-over put on a waiter's wake list: the lease is the waiter's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandOver {
+    /// The fence minted for the waiter.
+    pub(crate) fence: u64,
+    /// Server time of the hand-over, in microseconds: the lock's TTL started then.
+    pub(crate) at_us: i64,
+    /// The TTL set.
+    pub(crate) ttl_ms: i64,
+}
+
+impl HandOver {
+    /// Reads `"<fence>,<server µs>,<ttl ms>"`.
+    pub(crate) fn parse(s: &str) -> RedisResult<Self> {
+        let mut it = s.split(',').map(str::parse::<i64>);
+        match (it.next(), it.next(), it.next(), it.next()) {
+            (Some(Ok(fence)), Some(Ok(at_us)), Some(Ok(ttl_ms)), None) => Ok(HandOver {
+                fence: u64::try_from(fence)
+                    .map_err(|_| bad_reply("wake list", "negative fence"))?,
+                at_us,
+                ttl_ms,
+            }),
+            _ => Err(bad_reply("wake list", "not <fence>,<time>,<ttl>")),
         }
     }
 }
@@ -78,56 +204,113 @@ fn ms_or_zero(d: Duration) -> u64 {
 // Each script's keys and arguments are written once, in the function that prepares its invocation;
 // a single call (`invoke`) and a pipeline (`pipeline`) both send that invocation.
 
-/// acquire.lua: take the lock with `token` for `ttl` if free; mint the fence. When busy and `wait`
-/// is not zero (the caller will block on the wake list for up to `wait`), sets the waiting marker.
+/// What an acquire asks for: `permits` 1 is a lock; more, one permit of a semaphore.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    pub(crate) ttl: Duration,
+    /// The first TTL if a release hands it over.
+    pub(crate) first_ttl: Duration,
+    pub(crate) permits: u32,
+}
+
+/// acquire.lua (a lock) or sem_acquire.lua (a permit): take it with `token` for `ttl` if one is free
+/// and nobody is queued first; mint the fence. When busy and `block` is not zero (a `BLPOP` of the
+/// caller's wake list for `block` follows in the same pipeline), queue the caller or refresh its
+/// place; a release that hands it over sets `first_ttl`.
 pub(crate) fn acquire(
-    keys: &LeaseKeys,
+    lock_key: &str,
+    token: &str,
+    ask: Ask,
+    block: Duration,
+    t: &Tuning,
+) -> ScriptInvocation<'static> {
+    let mut inv = if ask.permits > 1 {
+        SEM_ACQUIRE.prepare_invoke()
+    } else {
+        ACQUIRE.prepare_invoke()
+    };
+    inv.key(lock_key)
+        .arg(token)
+        .arg(ms(ask.ttl))
+        .arg(ms_or_zero(block))
+        .arg(ms(ask.first_ttl.min(ask.ttl)))
+        .arg(ms(t.entry_slack))
+        .arg(ms(t.wake_linger))
+        .arg(ms(t.queue_life))
+        .arg(ms(t.retention));
+    if ask.permits > 1 {
+        inv.arg(ask.permits);
+    }
+    inv
+}
+
+/// release.lua (a lock) or sem_release.lua (a permit, `permits` above 1): give it back if `token`
+/// holds it, then hand it to the first live waiter. Replies 1 when it was ours.
+pub(crate) fn release(
+    lock_key: &str,
+    token: &str,
+    permits: u32,
+    t: &Tuning,
+) -> ScriptInvocation<'static> {
+    let mut inv = if permits > 1 {
+        SEM_RELEASE.prepare_invoke()
+    } else {
+        RELEASE.prepare_invoke()
+    };
+    inv.key(lock_key)
+        .arg(token)
+        .arg(ms(t.released_memory))
+        .arg(ms(t.wake_linger))
+        .arg(ms(t.retention));
+    inv
+}
+
+/// abandon.lua: leave the queue, remember `token` as given up, release (and hand on) a lock the token
+/// holds. Replies 1 when it released one.
+pub(crate) fn abandon(lock_key: &str, token: &str, t: &Tuning) -> ScriptInvocation<'static> {
+    let mut inv = ABANDON.prepare_invoke();
+    inv.key(lock_key)
+        .arg(token)
+        .arg(ms(t.given_up_memory))
+        .arg(ms(t.released_memory))
+        .arg(ms(t.wake_linger))
+        .arg(ms(t.retention));
+    inv
+}
+
+/// renew.lua (a lock) or sem_renew.lua (a permit): reset its TTL to `ttl` if `token` holds it.
+/// Replies 1 when it was ours.
+pub(crate) fn renew(
+    lock_key: &str,
     token: &str,
     ttl: Duration,
-    wait: Duration,
+    permits: u32,
 ) -> ScriptInvocation<'static> {
-    let mut inv = ACQUIRE.prepare_invoke();
-    inv.key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.wake)
-        .key(&keys.waiting)
-        .arg(token)
-        .arg(ms(ttl))
-        .arg(ms_or_zero(wait))
-        .arg(ms(WAITING_SLACK));
-    inv
-}
-
-/// release.lua: delete the lock if it holds `token`, then push one wake-up if the waiting marker is
-/// set. Replies 1 when it was ours.
-pub(crate) fn release(keys: &LeaseKeys, token: &str) -> ScriptInvocation<'static> {
-    let mut inv = RELEASE.prepare_invoke();
-    inv.key(&keys.lock)
-        .key(&keys.wake)
-        .key(&keys.waiting)
-        .key(&keys.released)
-        .arg(token)
-        .arg(ms(WAKE_LINGER))
-        .arg(ms(RELEASED_MEMORY));
-    inv
-}
-
-/// renew.lua: reset the lock's TTL to `ttl` if it holds `token`. Replies 1 when it was ours.
-pub(crate) fn renew(lock_key: &str, token: &str, ttl: Duration) -> ScriptInvocation<'static> {
-    let mut inv = RENEW.prepare_invoke();
+    let mut inv = if permits > 1 {
+        SEM_RENEW.prepare_invoke()
+    } else {
+        RENEW.prepare_invoke()
+    };
     inv.key(lock_key).arg(token).arg(ms(ttl));
     inv
 }
 
-/// force_release.lua: delete the lock whoever holds it, advance the fence, wake one waiter.
-/// Replies `{evicted, fence}`.
-pub(crate) fn force_release(keys: &LeaseKeys) -> ScriptInvocation<'static> {
+/// force_release.lua: evict the holder whose token is `holder` (`None`: every holder, of a lock or a
+/// semaphore), advance the fence, hand what was freed to the first live waiters. `op` identifies this
+/// request (a retry sends the same). Replies `{evicted, fence}`.
+pub(crate) fn force_release(
+    lock_key: &str,
+    op: &str,
+    holder: Option<&str>,
+    t: &Tuning,
+) -> ScriptInvocation<'static> {
     let mut inv = FORCE_RELEASE.prepare_invoke();
-    inv.key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.wake)
-        .key(&keys.waiting)
-        .arg(ms(WAKE_LINGER));
+    inv.key(lock_key)
+        .arg(op)
+        .arg(ms(t.released_memory))
+        .arg(ms(t.wake_linger))
+        .arg(ms(t.retention))
+        .arg(holder.unwrap_or(""));
     inv
 }
 
@@ -139,10 +322,22 @@ pub(crate) async fn invoke<C: ConnectionLike, T: redis::FromRedisValue>(
     inv.invoke_async(con).await
 }
 
+/// Loads every script into the server's cache in one round trip: done on each new dedicated
+/// connection, so that a pipelined acquire + `BLPOP` is not answered `NOSCRIPT` after a restart (the
+/// `BLPOP` would block its whole time before the retry).
+pub(crate) async fn load_all<C: ConnectionLike>(con: &mut C) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for lua in ALL_LUA {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(lua).ignore();
+    }
+    pipe.query_async::<()>(con).await
+}
+
 /// Sends prepared script calls, then `tail` (a command that must follow them on the same connection,
-/// such as `WAIT`), in one pipeline: one round trip. If the server lost its script cache (a restart
-/// or failover), loads the scripts and sends the pipeline again, which is safe because every script
-/// here has the same effect run once or twice. Per item: the reply, or the server's error for it.
+/// such as `WAIT` or `BLPOP`), in one pipeline: one round trip. If the server lost its script cache (a
+/// restart or failover), loads the scripts and sends the pipeline again, which is safe because every
+/// script here has the same effect run once or twice. Per item: the reply, or the server's error for
+/// it.
 pub(crate) async fn pipeline<C: ConnectionLike>(
     con: &mut C,
     invs: &[ScriptInvocation<'_>],
@@ -172,7 +367,7 @@ pub(crate) async fn pipeline<C: ConnectionLike>(
         .collect())
 }
 
-/// Reads a 0/1 reply (renew, release).
+/// Reads a 0/1 reply (renew, release, abandon).
 pub(crate) fn flag(v: RedisResult<Value>) -> RedisResult<bool> {
     redis::from_redis_value::<i64>(v?)
         .map(|n| n == 1)
@@ -184,187 +379,4 @@ fn value_is_noscript(v: &Value) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The waiting marker, against a real redis-server: a release pushes a wake-up only when a
-    //! contender was told "busy", and never misses one that was.
-
-    use super::*;
-    use leasehold_testkit::RedisServer;
-
-    const SEC: Duration = Duration::from_secs(1);
-
-    // The scripts as single calls, the way the store sends them.
-    async fn acquire<C: ConnectionLike>(
-        con: &mut C,
-        k: &LeaseKeys,
-        token: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> RedisResult<AcquireReply> {
-        AcquireReply::from_value(Ok(invoke(con, &super::acquire(k, token, ttl, wait)).await?))
-    }
-
-    async fn release<C: ConnectionLike>(
-        con: &mut C,
-        k: &LeaseKeys,
-        token: &str,
-    ) -> RedisResult<bool> {
-        flag(Ok(invoke(con, &super::release(k, token)).await?))
-    }
-
-    async fn force_release<C: ConnectionLike>(
-        con: &mut C,
-        k: &LeaseKeys,
-    ) -> RedisResult<(bool, i64)> {
-        let (evicted, fence): (i64, i64) = invoke(con, &super::force_release(k)).await?;
-        Ok((evicted == 1, fence))
-    }
-
-    async fn setup() -> (RedisServer, redis::aio::MultiplexedConnection, LeaseKeys) {
-        let srv = RedisServer::start().expect("start a private redis-server");
-        let con = redis::Client::open(srv.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        (srv, con, LeaseKeys::new("t", "marker").unwrap())
-    }
-
-    async fn exists(con: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
-        redis::cmd("EXISTS")
-            .arg(key)
-            .query_async::<i64>(con)
-            .await
-            .unwrap()
-            == 1
-    }
-
-    async fn pttl(con: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
-        redis::cmd("PTTL").arg(key).query_async(con).await.unwrap()
-    }
-
-    #[tokio::test]
-    async fn an_uncontended_release_pushes_nothing() {
-        let (_srv, mut con, k) = setup().await;
-        let r = acquire(&mut con, &k, "a", 30 * SEC, 10 * SEC)
-            .await
-            .unwrap();
-        assert!(
-            matches!(r, AcquireReply::Taken { waiting: false, .. }),
-            "{r:?}"
-        );
-        // A try (wait zero) told "busy" announces no waiter either.
-        let busy = acquire(&mut con, &k, "b", 30 * SEC, Duration::ZERO)
-            .await
-            .unwrap();
-        assert!(matches!(busy, AcquireReply::Busy { .. }), "{busy:?}");
-        assert!(!exists(&mut con, &k.waiting).await);
-        assert!(release(&mut con, &k, "a").await.unwrap());
-        assert!(
-            !exists(&mut con, &k.wake).await,
-            "a wake-up nobody waits for"
-        );
-        assert!(!exists(&mut con, &k.lock).await);
-    }
-
-    #[tokio::test]
-    async fn a_release_between_busy_and_blpop_still_wakes_the_contender() {
-        let (_srv, mut con, k) = setup().await;
-        acquire(&mut con, &k, "a", 30 * SEC, SEC).await.unwrap();
-        // B is told busy; before it blocks, A releases.
-        let busy = acquire(&mut con, &k, "b", 30 * SEC, 5 * SEC).await.unwrap();
-        assert!(matches!(busy, AcquireReply::Busy { .. }), "{busy:?}");
-        assert!(
-            pttl(&mut con, &k.waiting).await > 5_000,
-            "marker covers B's block"
-        );
-        assert!(release(&mut con, &k, "a").await.unwrap());
-        // B's BLPOP finds the wake-up at once.
-        let popped: Option<(String, String)> = redis::cmd("BLPOP")
-            .arg(&k.wake)
-            .arg("0.2")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        assert!(popped.is_some(), "the wake-up was lost");
-        // B takes it; the marker is still there and now covers B's hold, so B's release wakes the
-        // next contender too.
-        let taken = acquire(&mut con, &k, "b", 30 * SEC, 5 * SEC).await.unwrap();
-        assert!(
-            matches!(taken, AcquireReply::Taken { waiting: true, .. }),
-            "{taken:?}"
-        );
-        assert!(pttl(&mut con, &k.waiting).await > 30_000);
-        assert!(release(&mut con, &k, "b").await.unwrap());
-        assert!(exists(&mut con, &k.wake).await);
-    }
-
-    #[tokio::test]
-    async fn a_shorter_wait_never_shortens_the_marker() {
-        let (_srv, mut con, k) = setup().await;
-        acquire(&mut con, &k, "a", 60 * SEC, SEC).await.unwrap();
-        acquire(&mut con, &k, "b", 60 * SEC, 40 * SEC)
-            .await
-            .unwrap();
-        let long = pttl(&mut con, &k.waiting).await;
-        acquire(&mut con, &k, "c", 60 * SEC, SEC).await.unwrap();
-        assert!(pttl(&mut con, &k.waiting).await > long - 1_000);
-        let (evicted, _) = force_release(&mut con, &k).await.unwrap();
-        assert!(evicted);
-        assert!(
-            exists(&mut con, &k.wake).await,
-            "force-release wakes a marked waiter"
-        );
-    }
-
-    #[tokio::test]
-    async fn every_script_run_twice_has_the_effect_of_running_once() {
-        // A client that retries after a reconnect sends the same call again; the first one may have
-        // run. Each script, really run twice against the server:
-        let (_srv, mut con, k) = setup().await;
-        let first = acquire(&mut con, &k, "a", 30 * SEC, SEC).await.unwrap();
-        let again = acquire(&mut con, &k, "a", 30 * SEC, SEC).await.unwrap();
-        assert!(matches!(first, AcquireReply::Taken { .. }), "{first:?}");
-        assert_eq!(
-            first, again,
-            "a retried acquire gets the same lease and fence"
-        );
-        let mut renewed = Vec::new();
-        for _ in 0..2 {
-            renewed.push(
-                flag(Ok(invoke(&mut con, &renew(&k.lock, "a", 30 * SEC))
-                    .await
-                    .unwrap()))
-                .unwrap(),
-            );
-        }
-        assert_eq!(renewed, [true, true]);
-        assert!(release(&mut con, &k, "a").await.unwrap());
-        assert!(
-            release(&mut con, &k, "a").await.unwrap(),
-            "a retried release says released"
-        );
-        // The next holder is untouched by a late retry of the previous holder's release, and its
-        // fence is above the first holder's.
-        let b = acquire(&mut con, &k, "b", 30 * SEC, SEC).await.unwrap();
-        assert!(release(&mut con, &k, "a").await.unwrap());
-        assert!(
-            exists(&mut con, &k.lock).await,
-            "b's lock must survive a's retried release"
-        );
-        match (first, b) {
-            (AcquireReply::Taken { fence: f1, .. }, AcquireReply::Taken { fence: f2, .. }) => {
-                assert!(f2 > f1)
-            }
-            other => panic!("{other:?}"),
-        }
-        // Someone who never held it is told "not yours", before and after a release.
-        assert!(!release(&mut con, &k, "c").await.unwrap());
-        let (e1, f1) = force_release(&mut con, &k).await.unwrap();
-        let (e2, f2) = force_release(&mut con, &k).await.unwrap();
-        assert!(
-            e1 && !e2 && f2 > f1,
-            "forced twice: evicts once, the fence only moves up"
-        );
-    }
-}
+mod tests;

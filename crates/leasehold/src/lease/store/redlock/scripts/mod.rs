@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, ScriptInvocation, Value};
 
-use crate::lease::store::redis::keys::LeaseKeys;
+use super::keys::RedlockKeys;
 
 /// Every script's source, loaded together (one `SCRIPT LOAD` pipeline) when a master is first
 /// checked and whenever one answers `NOSCRIPT` (after a restart): all or none, never a master that
@@ -144,7 +144,7 @@ fn flag(floor: bool) -> &'static str {
 /// `max(stored + 1, proposal, server µs if floor)`; when busy and `wait` is not zero, set the waiting
 /// marker.
 pub(crate) fn acquire(
-    keys: &LeaseKeys,
+    keys: &RedlockKeys,
     token: &str,
     ttl: Duration,
     wait: Duration,
@@ -166,14 +166,14 @@ pub(crate) fn acquire(
 }
 
 /// confirm.lua: raise the fence key to `fence` while the lock holds `token`. Replies 1 when it did.
-pub(crate) fn confirm(keys: &LeaseKeys, token: &str, fence: u64) -> ScriptInvocation<'static> {
+pub(crate) fn confirm(keys: &RedlockKeys, token: &str, fence: u64) -> ScriptInvocation<'static> {
     let mut inv = CONFIRM.prepare_invoke();
     inv.key(&keys.lock).key(&keys.fence).arg(token).arg(fence);
     inv
 }
 
 /// renew.lua: reset the lock's TTL to `ttl` if it holds `token`. Replies 1 when it was ours.
-pub(crate) fn renew(keys: &LeaseKeys, token: &str, ttl: Duration) -> ScriptInvocation<'static> {
+pub(crate) fn renew(keys: &RedlockKeys, token: &str, ttl: Duration) -> ScriptInvocation<'static> {
     let mut inv = RENEW.prepare_invoke();
     inv.key(&keys.lock).arg(token).arg(ms(ttl));
     inv
@@ -181,7 +181,7 @@ pub(crate) fn renew(keys: &LeaseKeys, token: &str, ttl: Duration) -> ScriptInvoc
 
 /// release.lua: delete the lock if it holds `token`, then push one wake-up if the waiting marker is
 /// set. Replies 1 when it was ours.
-pub(crate) fn release(keys: &LeaseKeys, token: &str) -> ScriptInvocation<'static> {
+pub(crate) fn release(keys: &RedlockKeys, token: &str) -> ScriptInvocation<'static> {
     let mut inv = RELEASE.prepare_invoke();
     inv.key(&keys.lock)
         .key(&keys.wake)
@@ -195,7 +195,7 @@ pub(crate) fn release(keys: &LeaseKeys, token: &str) -> ScriptInvocation<'static
 
 /// force_release.lua: delete the lock whoever holds it and record a fence candidate.
 pub(crate) fn force_release(
-    keys: &LeaseKeys,
+    keys: &RedlockKeys,
     proposal: u64,
     floor: bool,
 ) -> ScriptInvocation<'static> {
@@ -211,7 +211,7 @@ pub(crate) fn force_release(
 }
 
 /// raise.lua: raise the fence key to at least `fence`.
-pub(crate) fn raise(keys: &LeaseKeys, fence: u64) -> ScriptInvocation<'static> {
+pub(crate) fn raise(keys: &RedlockKeys, fence: u64) -> ScriptInvocation<'static> {
     let mut inv = RAISE.prepare_invoke();
     inv.key(&keys.fence).arg(fence);
     inv
@@ -270,14 +270,14 @@ mod tests {
         pipeline(con, &[inv]).await.unwrap().pop().unwrap().unwrap()
     }
 
-    async fn setup() -> (RedisServer, redis::aio::MultiplexedConnection, LeaseKeys) {
+    async fn setup() -> (RedisServer, redis::aio::MultiplexedConnection, RedlockKeys) {
         let srv = RedisServer::start().expect("start a private redis-server");
         let con = redis::Client::open(srv.url())
             .unwrap()
             .get_multiplexed_async_connection()
             .await
             .unwrap();
-        (srv, con, LeaseKeys::for_checked("t", "rl"))
+        (srv, con, RedlockKeys::for_checked("t", "rl"))
     }
 
     #[tokio::test]

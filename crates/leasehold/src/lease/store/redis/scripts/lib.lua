@@ -1,0 +1,195 @@
+-- lib.lua: prepended to every lease script (scripts/mod.rs joins them at compile time), so that the
+-- key names, the server clock, the fence rule, the waiter queue and the hand-over are written once.
+--
+-- KEYS[1] is the name's lock key `{prefix:name}:lock`. Every other key of the name shares its hash
+-- tag and is derived here (keys.rs names the same keys for Rust, and a test checks both agree), so a
+-- script touches one Redis Cluster slot. A waiter's wake list is named after its token: the client
+-- that releases cannot know it up front, which is why the keys are derived rather than passed.
+local lock_key = KEYS[1]
+local base = string.sub(lock_key, 1, -5)
+local fence_key = base .. 'fence'
+local queue_key = base .. 'queue'
+local waiters_key = base .. 'waiters'
+local gone_key = base .. 'gone'
+local released_key = base .. 'released'
+local forced_key = base .. 'forced'
+-- A semaphore (more than one permit): its number of permits, its holders (token -> expiry, server
+-- ms) and their fences (token -> fence).
+local permits_key = base .. 'permits'
+local holders_key = base .. 'holders'
+local held_key = base .. 'held'
+
+local function wake_key(token)
+  return base .. 'wake:' .. token
+end
+
+-- A released permit, remembered for a retried release (several permits are released concurrently,
+-- so one "last released" key would not do).
+local function released_permit_key(token)
+  return base .. 'released:' .. token
+end
+
+-- The server's clock, read once per script (microseconds since 1970 are ~2^51: exact in a Lua double).
+local clock_us
+local function now_us()
+  if not clock_us then
+    local t = redis.call('TIME')
+    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock_us
+end
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- Lengthens a key's life to at least `ms`, never shortens it.
+local function keep(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- fence = max(stored + 1, server time in microseconds): strictly above the stored value, and above
+-- every fence issued before the key was lost (a restart or failover, or the retention passed) as long
+-- as the server clock has not stepped back by more than the time since. `%d` keeps the number out of
+-- exponent notation.
+local function next_fence(retention_ms)
+  local stored = tonumber(redis.call('GET', fence_key) or '0') or 0
+  local fence = stored + 1
+  if now_us() > fence then
+    fence = now_us()
+  end
+  redis.call('SET', fence_key, string.format('%d', fence), 'PX', retention_ms)
+  return fence
+end
+
+-- The queue: queue_key orders waiting tokens by arrival (server time in microseconds; `NX` keeps the
+-- place of a waiter that refreshes), waiters_key holds "<deadline ms>,<first ttl ms>" per token: when
+-- the waiter stops refreshing, and the TTL it wants its lock to start with if handed over. Both keys
+-- are written together and expire together, `life_ms` after the last write.
+local function enqueue(token, deadline_ms, first_ttl_ms, life_ms)
+  redis.call('ZADD', queue_key, 'NX', now_us(), token)
+  redis.call('HSET', waiters_key, token, string.format('%d,%d', deadline_ms, first_ttl_ms))
+  redis.call('PEXPIRE', queue_key, life_ms)
+  redis.call('PEXPIRE', waiters_key, life_ms)
+end
+
+local function withdraw(token)
+  redis.call('ZREM', queue_key, token)
+  redis.call('HDEL', waiters_key, token)
+end
+
+-- Takes waiters off the head of the queue until one whose deadline has not passed comes up: its
+-- token and first TTL, or nil. The ones dropped stopped refreshing their place (they died, or gave up
+-- without withdrawing). At most 256 are dropped per call so that a script stays short; the queue
+-- then is not empty, and the next contact goes on.
+local function pop_live()
+  for _ = 1, 256 do
+    local popped = redis.call('ZPOPMIN', queue_key)
+    local head = popped[1]
+    if not head then
+      return nil
+    end
+    local entry = redis.call('HGET', waiters_key, head)
+    redis.call('HDEL', waiters_key, head)
+    if entry then
+      local deadline, ttl = string.match(entry, '^(%d+),(%d+)$')
+      if deadline and tonumber(deadline) >= now_ms() then
+        return head, tonumber(ttl)
+      end
+    end
+  end
+  return nil
+end
+
+-- Tells a waiter it holds the lease now: "<fence>,<server time µs>,<ttl ms>" on its own wake list,
+-- which its BLPOP pops. Unclaimed (the waiter died) it expires after `linger_ms`.
+local function notify(token, fence, ttl_ms, linger_ms)
+  local wake = wake_key(token)
+  redis.call('LPUSH', wake, string.format('%d,%d,%d', fence, now_us(), ttl_ms))
+  redis.call('PEXPIRE', wake, linger_ms)
+end
+
+-- The hand-over, for a free lock: the first live waiter gets it, with the short first TTL it asked
+-- for (its watchdog extends it at once; a waiter that died meanwhile leaves the lock free again after
+-- that, not after a whole TTL), and a fence minted by the usual rule. Returns the new holder's token,
+-- its fence and first TTL, or nil when nobody live is queued.
+local function hand_lock(linger_ms, retention_ms)
+  local head, first = pop_live()
+  if not head then
+    return nil
+  end
+  local fence = next_fence(retention_ms)
+  redis.call('SET', lock_key, head, 'PX', first)
+  notify(head, fence, first, linger_ms)
+  return head, fence, first
+end
+
+-- Semaphores. A holder's permit lasts until its expiry in holders_key (renewal moves it); the keys
+-- live at least as long as their longest holder. Drops the holders whose permit expired (they stopped
+-- renewing) and returns how many are live.
+local function prune_holders()
+  local now = now_ms()
+  local expired = redis.call('ZRANGEBYSCORE', holders_key, '-inf', now)
+  if #expired > 0 then
+    for _, token in ipairs(expired) do
+      redis.call('HDEL', held_key, token)
+    end
+    redis.call('ZREMRANGEBYSCORE', holders_key, '-inf', now)
+  end
+  return redis.call('ZCARD', holders_key)
+end
+
+local function add_holder(token, fence, ttl_ms)
+  redis.call('ZADD', holders_key, now_ms() + ttl_ms, token)
+  redis.call('HSET', held_key, token, string.format('%d', fence))
+  keep(holders_key, ttl_ms)
+  keep(held_key, ttl_ms)
+  keep(permits_key, ttl_ms)
+end
+
+-- The hand-over of one permit to the first live waiter, as hand_lock does for a lock.
+local function hand_permit(linger_ms, retention_ms)
+  local head, first = pop_live()
+  if not head then
+    return nil
+  end
+  local fence = next_fence(retention_ms)
+  add_holder(head, fence, first)
+  notify(head, fence, first, linger_ms)
+  return head, fence, first
+end
+
+-- Hands every free permit to the queue, in order. Returns the permits still free and whether
+-- `token` got one (with its fence and first TTL).
+local function fill_permits(token, linger_ms, retention_ms)
+  local n = tonumber(redis.call('GET', permits_key) or '0') or 0
+  local free = n - prune_holders()
+  local mine
+  while free > 0 and redis.call('EXISTS', queue_key) == 1 do
+    local head, fence, first = hand_permit(linger_ms, retention_ms)
+    if not head then
+      break
+    end
+    if head == token then
+      mine = {fence, first}
+    end
+    free = free - 1
+  end
+  return free, mine
+end
+
+-- The permits a semaphore is in use with (live holders or waiters), or nil when the name is not in
+-- use as one (a stale count is then dropped, so that the name may be used as a lock or with another
+-- number of permits).
+local function semaphore_in_use()
+  local stored = redis.call('GET', permits_key)
+  if not stored then
+    return nil
+  end
+  if prune_holders() > 0 or redis.call('EXISTS', queue_key) == 1 then
+    return tonumber(stored)
+  end
+  redis.call('DEL', permits_key, holders_key, held_key)
+  return nil
+end

@@ -1,0 +1,71 @@
+-- sem_acquire: take one of a semaphore's permits if one is free and nobody is queued before the
+-- caller; else say how long until the first holder's permit runs out and, when the caller waits, put
+-- it in the queue (or refresh its place). The same queue and hand-over as a lock.
+-- KEYS[1] lock (the name's lock key: the semaphore's keys share its hash tag)
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] block ms (0: the caller does not wait; else the length of the
+-- BLPOP that follows in the same pipeline), ARGV[4] the first TTL the caller wants if a release hands
+-- it a permit ms, ARGV[5] slack added to a waiter's deadline ms, ARGV[6] how long an unclaimed
+-- wake-up lingers ms, ARGV[7] life of the queue keys ms, ARGV[8] fence retention ms, ARGV[9] permits
+-- Returns as acquire.lua: {1, fence, ttl ms, server µs} taken; {0, ms until the first permit runs out,
+-- server µs} busy; {2} given up; {3, permits} the name is in use with another number of permits (1: as
+-- a lock, by leasehold or another SET NX PX client).
+local token = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local block = tonumber(ARGV[3])
+local linger_ms = tonumber(ARGV[6])
+local life_ms = tonumber(ARGV[7])
+local retention_ms = tonumber(ARGV[8])
+local permits = tonumber(ARGV[9])
+
+local function taken(fence, ttl_now)
+  if block > 0 then
+    notify(token, fence, ttl_now, linger_ms)
+  end
+  return {1, fence, ttl_now, now_us()}
+end
+
+-- Run twice (a retry after a reconnect), or handed a permit since: ours already.
+local until_ms = redis.call('ZSCORE', holders_key, token)
+if until_ms and tonumber(until_ms) > now_ms() then
+  return taken(tonumber(redis.call('HGET', held_key, token) or '0') or 0, tonumber(until_ms) - now_ms())
+end
+if redis.call('ZSCORE', gone_key, token) then
+  return {2}
+end
+if redis.call('EXISTS', lock_key) == 1 then
+  return {3, 1}
+end
+local stored = tonumber(redis.call('GET', permits_key) or '0') or 0
+local live = prune_holders()
+local queued = redis.call('EXISTS', queue_key) == 1
+if stored ~= permits then
+  if stored > 0 and (live > 0 or queued) then
+    return {3, stored}
+  end
+  if stored == 0 and queued then
+    -- Waiters without a count are waiting for the name as a lock.
+    return {3, 1}
+  end
+  redis.call('SET', permits_key, permits, 'PX', life_ms)
+end
+keep(permits_key, life_ms)
+-- Free permits go to the queue first.
+local free, mine = fill_permits(token, linger_ms, retention_ms)
+if mine then
+  return {1, mine[1], mine[2], now_us()}
+end
+if free > 0 and redis.call('EXISTS', queue_key) == 0 then
+  local fence = next_fence(retention_ms)
+  add_holder(token, fence, ttl)
+  return taken(fence, ttl)
+end
+local first = redis.call('ZRANGE', holders_key, 0, 0, 'WITHSCORES')
+local remaining = 0
+if first[2] then
+  remaining = tonumber(first[2]) - now_ms()
+end
+if block > 0 then
+  redis.call('DEL', wake_key(token))
+  enqueue(token, now_ms() + block + tonumber(ARGV[5]), tonumber(ARGV[4]), life_ms)
+end
+return {0, remaining, now_us()}

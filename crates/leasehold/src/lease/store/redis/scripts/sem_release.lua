@@ -1,0 +1,19 @@
+-- sem_release: give back a permit if the caller still holds it, then hand it to the first live waiter.
+-- KEYS[1] lock (the name's lock key)
+-- ARGV[1] token, ARGV[2] how long the release is remembered ms, ARGV[3] how long an unclaimed wake-up
+-- lingers ms, ARGV[4] fence retention ms
+-- Returns 1 when the permit was ours and is given back (or this is a retry of a release that did
+-- that), 0 when it was not ours any more (expired, or evicted).
+local token = ARGV[1]
+local until_ms = redis.call('ZSCORE', holders_key, token)
+if not until_ms or tonumber(until_ms) <= now_ms() then
+  if redis.call('EXISTS', released_permit_key(token)) == 1 then
+    return 1
+  end
+  return 0
+end
+redis.call('ZREM', holders_key, token)
+redis.call('HDEL', held_key, token)
+redis.call('SET', released_permit_key(token), '1', 'PX', ARGV[2])
+fill_permits(token, tonumber(ARGV[3]), tonumber(ARGV[4]))
+return 1

@@ -1,0 +1,760 @@
+//! The scripts against a real redis-server, one call at a time as a client would send them: the
+//! queue's order, the hand-over, no barging, dead waiters skipped, given-up tokens refused, stale
+//! grants cleared, and each script run twice.
+
+use super::*;
+use crate::lease::store::redis::keys::LeaseKeys;
+use leasehold_testkit::RedisServer;
+
+const SEC: Duration = Duration::from_secs(1);
+
+type Con = redis::aio::MultiplexedConnection;
+
+async fn setup() -> (RedisServer, Con, LeaseKeys) {
+    let srv = RedisServer::start().expect("start a private redis-server");
+    let con = redis::Client::open(srv.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    (srv, con, LeaseKeys::new("t", "queue").unwrap())
+}
+
+fn tuning() -> Tuning {
+    Tuning::default()
+}
+
+/// An acquire with a TTL of 30 s and, if handed over, a first TTL of 1 s.
+async fn acquire(con: &mut Con, k: &LeaseKeys, token: &str, block: Duration) -> AcquireReply {
+    acquire_with(con, k, token, block, SEC, &tuning()).await
+}
+
+async fn acquire_with(
+    con: &mut Con,
+    k: &LeaseKeys,
+    token: &str,
+    block: Duration,
+    first_ttl: Duration,
+    t: &Tuning,
+) -> AcquireReply {
+    let ask = Ask {
+        ttl: 30 * SEC,
+        first_ttl,
+        permits: 1,
+    };
+    let inv = super::acquire(&k.lock, token, ask, block, t);
+    AcquireReply::from_value(Ok(invoke(con, &inv).await.unwrap())).unwrap()
+}
+
+async fn release(con: &mut Con, k: &LeaseKeys, token: &str) -> bool {
+    flag(Ok(invoke(
+        con,
+        &super::release(&k.lock, token, 1, &tuning()),
+    )
+    .await
+    .unwrap()))
+    .unwrap()
+}
+
+async fn abandon(con: &mut Con, k: &LeaseKeys, token: &str) -> bool {
+    flag(Ok(invoke(con, &super::abandon(&k.lock, token, &tuning()))
+        .await
+        .unwrap()))
+    .unwrap()
+}
+
+async fn force_release(con: &mut Con, k: &LeaseKeys, op: &str) -> (bool, i64) {
+    let (evicted, fence): (i64, i64) =
+        invoke(con, &super::force_release(&k.lock, op, None, &tuning()))
+            .await
+            .unwrap();
+    (evicted == 1, fence)
+}
+
+async fn get(con: &mut Con, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(con).await.unwrap()
+}
+
+async fn pttl(con: &mut Con, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query_async(con).await.unwrap()
+}
+
+async fn exists(con: &mut Con, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<i64>(con)
+        .await
+        .unwrap()
+        == 1
+}
+
+async fn queue(con: &mut Con, k: &LeaseKeys) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(&k.queue)
+        .arg(0)
+        .arg(-1)
+        .query_async(con)
+        .await
+        .unwrap()
+}
+
+/// What the hand-over left on `token`'s wake list (LPOP, as its BLPOP would).
+async fn popped_grant(con: &mut Con, k: &LeaseKeys, token: &str) -> Option<HandOver> {
+    let v: Option<String> = redis::cmd("LPOP")
+        .arg(k.wake(token))
+        .query_async(con)
+        .await
+        .unwrap();
+    v.map(|s| HandOver::parse(&s).unwrap())
+}
+
+fn fence_of(r: AcquireReply) -> u64 {
+    match r {
+        AcquireReply::Taken { fence, .. } => fence,
+        other => panic!("expected Taken, got {other:?}"),
+    }
+}
+
+fn is_busy(r: AcquireReply) -> bool {
+    matches!(r, AcquireReply::Busy { .. })
+}
+
+#[tokio::test]
+async fn an_uncontended_cycle_leaves_no_queue_behind() {
+    let (_srv, mut con, k) = setup().await;
+    let a = acquire(&mut con, &k, "a", Duration::ZERO).await;
+    match a {
+        AcquireReply::Taken { ttl_ms, .. } => assert_eq!(ttl_ms, 30_000),
+        other => panic!("{other:?}"),
+    }
+    // A try (no wait) told "busy" is not queued.
+    assert!(is_busy(acquire(&mut con, &k, "b", Duration::ZERO).await));
+    assert!(!exists(&mut con, &k.queue).await);
+    assert!(release(&mut con, &k, "a").await);
+    for key in [&k.lock, &k.queue, &k.waiters, &k.gone, &k.wake("a")] {
+        assert!(!exists(&mut con, key).await, "{key} left behind");
+    }
+    assert!(exists(&mut con, &k.fence).await, "release keeps the fence");
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_first_waiter_with_a_short_first_ttl_and_a_new_fence() {
+    let (_srv, mut con, k) = setup().await;
+    let fa = fence_of(acquire(&mut con, &k, "a", Duration::ZERO).await);
+    assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
+    assert_eq!(queue(&mut con, &k).await, ["b"]);
+    assert!(release(&mut con, &k, "a").await);
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b"));
+    let ttl = pttl(&mut con, &k.lock).await;
+    assert!(ttl > 0 && ttl <= 1_000, "first TTL {ttl}");
+    let grant = popped_grant(&mut con, &k, "b").await.expect("b was told");
+    assert!(grant.fence > fa);
+    assert_eq!(grant.ttl_ms, 1_000);
+    assert_eq!(get(&mut con, &k.fence).await, Some(grant.fence.to_string()));
+    assert!(queue(&mut con, &k).await.is_empty());
+    // B holds it: a retried acquire of B gets it back (it sends nothing more in the real flow).
+    assert_eq!(
+        fence_of(acquire(&mut con, &k, "b", Duration::ZERO).await),
+        grant.fence
+    );
+}
+
+#[tokio::test]
+async fn waiters_are_served_in_arrival_order_and_a_refresh_keeps_the_place() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    for w in ["w1", "w2", "w3"] {
+        assert!(is_busy(acquire(&mut con, &k, w, SEC).await));
+    }
+    // The first refreshes (as it does every block): it keeps its place.
+    assert!(is_busy(acquire(&mut con, &k, "w1", SEC).await));
+    assert_eq!(queue(&mut con, &k).await, ["w1", "w2", "w3"]);
+    let mut holder = "a".to_owned();
+    let mut fences = Vec::new();
+    for expected in ["w1", "w2", "w3"] {
+        assert!(release(&mut con, &k, &holder).await);
+        let grant = popped_grant(&mut con, &k, expected)
+            .await
+            .unwrap_or_else(|| panic!("{expected} was not handed the lock"));
+        assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some(expected));
+        fences.push(grant.fence);
+        holder = expected.to_owned();
+    }
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
+    assert!(release(&mut con, &k, &holder).await);
+    assert!(!exists(&mut con, &k.lock).await);
+}
+
+#[tokio::test]
+async fn nobody_jumps_a_non_empty_queue() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
+    // The holder's lock vanishes without a release (a foreign compare-and-delete, or its expiry).
+    redis::cmd("DEL")
+        .arg(&k.lock)
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    // A try that finds it free does not take it: the queue goes first, and the contact hands it on.
+    match acquire(&mut con, &k, "c", Duration::ZERO).await {
+        AcquireReply::Busy { pttl_ms, .. } => assert!(pttl_ms > 0 && pttl_ms <= 1_000),
+        other => panic!("barged: {other:?}"),
+    }
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b"));
+    assert!(popped_grant(&mut con, &k, "b").await.is_some());
+    // A new waiter joins the tail.
+    assert!(is_busy(acquire(&mut con, &k, "d", SEC).await));
+    assert_eq!(queue(&mut con, &k).await, ["d"]);
+}
+
+#[tokio::test]
+async fn a_waiter_whose_deadline_passed_is_skipped() {
+    let (_srv, mut con, k) = setup().await;
+    let short = Tuning {
+        entry_slack: Duration::from_millis(1),
+        ..tuning()
+    };
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    // "dead" blocked for 1 ms and never came back; "live" keeps refreshing.
+    assert!(is_busy(
+        acquire_with(&mut con, &k, "dead", Duration::from_millis(1), SEC, &short).await
+    ));
+    assert!(is_busy(acquire(&mut con, &k, "live", 10 * SEC).await));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(release(&mut con, &k, "a").await);
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("live"));
+    assert!(popped_grant(&mut con, &k, "dead").await.is_none());
+    assert!(queue(&mut con, &k).await.is_empty());
+    let waiters: i64 = redis::cmd("HLEN")
+        .arg(&k.waiters)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(waiters, 0, "the skipped entry is gone too");
+}
+
+#[tokio::test]
+async fn a_lock_handed_to_a_dead_waiter_is_free_again_after_its_short_first_ttl() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    let first = Duration::from_millis(100);
+    assert!(is_busy(
+        acquire_with(&mut con, &k, "dies", SEC, first, &tuning()).await
+    ));
+    assert!(is_busy(acquire(&mut con, &k, "next", SEC).await));
+    assert!(release(&mut con, &k, "a").await);
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("dies"));
+    assert!(pttl(&mut con, &k.lock).await <= 100);
+    // "dies" never renews. After its short first TTL, the next contact (the next waiter's refresh)
+    // hands the lock on.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!exists(&mut con, &k.lock).await);
+    match acquire(&mut con, &k, "next", SEC).await {
+        AcquireReply::Taken { ttl_ms, .. } => assert_eq!(ttl_ms, 1_000),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("next"));
+}
+
+#[tokio::test]
+async fn an_abandoned_waiter_leaves_the_queue_and_passes_on_a_lock_handed_to_it() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    for w in ["b", "c"] {
+        assert!(is_busy(acquire(&mut con, &k, w, SEC).await));
+    }
+    // B is handed the lock, and gives up before it hears of it.
+    assert!(release(&mut con, &k, "a").await);
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b"));
+    assert!(abandon(&mut con, &k, "b").await, "it released B's lock");
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("c"));
+    assert!(!exists(&mut con, &k.wake("b")).await);
+    // A queued waiter that gives up just leaves.
+    assert!(is_busy(acquire(&mut con, &k, "d", SEC).await));
+    assert!(!abandon(&mut con, &k, "d").await);
+    assert!(queue(&mut con, &k).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_acquire_that_arrives_after_its_abandon_does_nothing() {
+    // A waiting acquire goes on a dedicated connection, the abandon on the shared one: the abandon can
+    // overtake it. The late acquire must neither take a free lock nor join the queue.
+    let (_srv, mut con, k) = setup().await;
+    assert!(!abandon(&mut con, &k, "late").await);
+    assert_eq!(
+        acquire(&mut con, &k, "late", SEC).await,
+        AcquireReply::GivenUp
+    );
+    assert!(!exists(&mut con, &k.lock).await, "the late acquire took it");
+    assert!(queue(&mut con, &k).await.is_empty());
+    // Others are not affected.
+    fence_of(acquire(&mut con, &k, "other", Duration::ZERO).await);
+    let remembered = pttl(&mut con, &k.gone).await;
+    assert!(remembered > 0 && remembered <= 60_000, "{remembered}");
+}
+
+#[tokio::test]
+async fn a_stale_grant_is_cleared_before_the_waiter_blocks_again() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
+    assert!(release(&mut con, &k, "a").await);
+    // B never took up the grant (its connection dropped) and the lock went elsewhere meanwhile.
+    let (evicted, _) = force_release(&mut con, &k, "op1").await;
+    assert!(evicted);
+    fence_of(acquire(&mut con, &k, "c", Duration::ZERO).await);
+    assert!(exists(&mut con, &k.wake("b")).await);
+    // B's next step: busy, and the old grant is gone, so its BLPOP cannot take it for a lease.
+    assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
+    assert!(popped_grant(&mut con, &k, "b").await.is_none());
+}
+
+#[tokio::test]
+async fn a_taken_step_leaves_the_grant_for_its_own_blpop() {
+    let (_srv, mut con, k) = setup().await;
+    let f = fence_of(acquire(&mut con, &k, "a", SEC).await);
+    let grant = popped_grant(&mut con, &k, "a")
+        .await
+        .expect("the BLPOP that follows returns at once");
+    assert_eq!(grant.fence, f);
+}
+
+#[tokio::test]
+async fn every_script_run_twice_has_the_effect_of_running_once() {
+    // A client that retries after a reconnect sends the same call again; the first one may have
+    // run. Each script, really run twice against the server:
+    let (_srv, mut con, k) = setup().await;
+    let first = acquire(&mut con, &k, "a", Duration::ZERO).await;
+    let again = acquire(&mut con, &k, "a", Duration::ZERO).await;
+    assert_eq!(
+        fence_of(first),
+        fence_of(again),
+        "a retried acquire gets the same lease and fence"
+    );
+    // A waiter's step, twice: queued once.
+    for _ in 0..2 {
+        assert!(is_busy(acquire(&mut con, &k, "w", SEC).await));
+    }
+    assert_eq!(queue(&mut con, &k).await, ["w"]);
+    let mut renewed = Vec::new();
+    for _ in 0..2 {
+        renewed.push(
+            flag(Ok(invoke(&mut con, &renew(&k.lock, "a", 30 * SEC, 1))
+                .await
+                .unwrap()))
+            .unwrap(),
+        );
+    }
+    assert_eq!(renewed, [true, true]);
+    // Released twice: it says released both times and hands over once.
+    assert!(release(&mut con, &k, "a").await);
+    assert!(
+        release(&mut con, &k, "a").await,
+        "a retried release says released"
+    );
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("w"));
+    let grant = popped_grant(&mut con, &k, "w").await.unwrap();
+    assert!(
+        popped_grant(&mut con, &k, "w").await.is_none(),
+        "handed twice"
+    );
+    // The hand-over's retried step: the same lease and fence, not "busy".
+    assert_eq!(fence_of(acquire(&mut con, &k, "w", SEC).await), grant.fence);
+    // Abandoned twice: nothing more happens the second time.
+    assert!(is_busy(acquire(&mut con, &k, "x", SEC).await));
+    assert!(!abandon(&mut con, &k, "x").await);
+    assert!(!abandon(&mut con, &k, "x").await);
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("w"));
+    // Forced twice with the same request id: one eviction, one fence; the waiter the first run
+    // handed the lock to keeps it.
+    assert!(is_busy(acquire(&mut con, &k, "y", SEC).await));
+    let (e1, f1) = force_release(&mut con, &k, "op").await;
+    let (e2, f2) = force_release(&mut con, &k, "op").await;
+    assert!(e1 && e2 && f1 == f2, "{e1} {f1} / {e2} {f2}");
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("y"));
+    // A new forced release is a new request: it evicts y and moves the fence up.
+    let (e3, f3) = force_release(&mut con, &k, "op2").await;
+    assert!(e3 && f3 > f2);
+    // Someone who never held it is told "not yours".
+    assert!(!release(&mut con, &k, "nobody").await);
+}
+
+#[tokio::test]
+async fn the_scripts_touch_only_the_keys_keys_rs_names_and_each_expires() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    for w in ["b", "c"] {
+        acquire(&mut con, &k, w, SEC).await;
+    }
+    abandon(&mut con, &k, "c").await;
+    release(&mut con, &k, "a").await;
+    force_release(&mut con, &k, "op").await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let named = [
+        &k.lock,
+        &k.fence,
+        &k.queue,
+        &k.waiters,
+        &k.gone,
+        &k.released,
+        &k.forced,
+    ];
+    assert!(keys.len() >= 5, "{keys:?}");
+    for key in &keys {
+        assert!(
+            named.contains(&key) || key.starts_with(&k.wake_prefix),
+            "{key} is not a key keys.rs names"
+        );
+        let ttl = pttl(&mut con, key).await;
+        assert!(ttl > 0, "{key} has no expiry ({ttl})");
+    }
+}
+
+// Semaphores: the same queue and hand-over, N holders.
+
+async fn sem_acquire(
+    con: &mut Con,
+    k: &LeaseKeys,
+    token: &str,
+    permits: u32,
+    block: Duration,
+) -> AcquireReply {
+    let ask = Ask {
+        ttl: 30 * SEC,
+        first_ttl: SEC,
+        permits,
+    };
+    let inv = super::acquire(&k.lock, token, ask, block, &tuning());
+    AcquireReply::from_value(Ok(invoke(con, &inv).await.unwrap())).unwrap()
+}
+
+async fn sem_release(con: &mut Con, k: &LeaseKeys, token: &str) -> bool {
+    flag(Ok(invoke(
+        con,
+        &super::release(&k.lock, token, 3, &tuning()),
+    )
+    .await
+    .unwrap()))
+    .unwrap()
+}
+
+async fn holders(con: &mut Con, k: &LeaseKeys) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(&k.holders)
+        .arg(0)
+        .arg(-1)
+        .query_async(con)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_semaphore_admits_its_permits_then_queues_and_hands_each_freed_permit_on() {
+    let (_srv, mut con, k) = setup().await;
+    let mut fences = Vec::new();
+    for t in ["a", "b", "c"] {
+        fences.push(fence_of(
+            sem_acquire(&mut con, &k, t, 3, Duration::ZERO).await,
+        ));
+    }
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
+    // The fourth waits in the queue; a try is busy and does not queue.
+    assert!(is_busy(sem_acquire(&mut con, &k, "d", 3, SEC).await));
+    assert!(is_busy(
+        sem_acquire(&mut con, &k, "e", 3, Duration::ZERO).await
+    ));
+    assert_eq!(queue(&mut con, &k).await, ["d"]);
+    assert!(
+        !exists(&mut con, &k.lock).await,
+        "a semaphore has no lock key"
+    );
+    // B gives its permit back: it goes to D, with a new fence and the short first TTL.
+    assert!(sem_release(&mut con, &k, "b").await);
+    let grant = popped_grant(&mut con, &k, "d").await.expect("d was told");
+    assert!(grant.fence > fences[2]);
+    assert_eq!(grant.ttl_ms, 1_000);
+    let mut now = holders(&mut con, &k).await;
+    now.sort();
+    assert_eq!(now, ["a", "c", "d"]);
+    // Run twice: D's retried step gets its permit back, B's retried release says released.
+    assert_eq!(
+        fence_of(sem_acquire(&mut con, &k, "d", 3, SEC).await),
+        grant.fence
+    );
+    assert!(sem_release(&mut con, &k, "b").await);
+    assert_eq!(holders(&mut con, &k).await.len(), 3);
+    // A permit nobody renews runs out; the next contact gives it away.
+    let renewed: i64 = invoke(&mut con, &renew(&k.lock, "a", Duration::from_millis(1), 3))
+        .await
+        .unwrap();
+    assert_eq!(renewed, 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !sem_release(&mut con, &k, "a").await,
+        "an expired permit is not ours"
+    );
+    fence_of(sem_acquire(&mut con, &k, "f", 3, Duration::ZERO).await);
+    for t in ["c", "d", "f"] {
+        assert!(sem_release(&mut con, &k, t).await, "{t}");
+    }
+    assert!(holders(&mut con, &k).await.is_empty());
+}
+
+#[tokio::test]
+async fn everyone_using_a_name_must_ask_for_the_same_permits() {
+    let (_srv, mut con, k) = setup().await;
+    fence_of(sem_acquire(&mut con, &k, "a", 3, Duration::ZERO).await);
+    assert_eq!(
+        sem_acquire(&mut con, &k, "b", 2, Duration::ZERO).await,
+        AcquireReply::PermitsInUse { permits: 3 }
+    );
+    assert_eq!(
+        acquire(&mut con, &k, "c", Duration::ZERO).await,
+        AcquireReply::PermitsInUse { permits: 3 }
+    );
+    assert!(sem_release(&mut con, &k, "a").await);
+    // Free again: any count may be used now, and the name is a lock for a lock's acquire.
+    fence_of(acquire(&mut con, &k, "lock", Duration::ZERO).await);
+    assert_eq!(
+        sem_acquire(&mut con, &k, "d", 3, Duration::ZERO).await,
+        AcquireReply::PermitsInUse { permits: 1 }
+    );
+    // A foreign SET NX PX lock on the key counts as a lock too.
+    assert!(release(&mut con, &k, "lock").await);
+    let _: () = redis::cmd("SET")
+        .arg(&k.lock)
+        .arg("foreign")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        sem_acquire(&mut con, &k, "e", 3, Duration::ZERO).await,
+        AcquireReply::PermitsInUse { permits: 1 }
+    );
+}
+
+#[tokio::test]
+async fn a_forced_release_evicts_one_permit_holder_or_all_and_hands_the_permits_on() {
+    let (_srv, mut con, k) = setup().await;
+    for t in ["a", "b", "c"] {
+        fence_of(sem_acquire(&mut con, &k, t, 3, Duration::ZERO).await);
+    }
+    for w in ["w1", "w2", "w3"] {
+        assert!(is_busy(sem_acquire(&mut con, &k, w, 3, SEC).await));
+    }
+    let one = |op: &'static str, token: &'static str| {
+        super::force_release(&k.lock, op, Some(token), &tuning())
+    };
+    let (evicted, _): (i64, i64) = invoke(&mut con, &one("op1", "b")).await.unwrap();
+    assert_eq!(evicted, 1);
+    let mut now = holders(&mut con, &k).await;
+    now.sort();
+    assert_eq!(now, ["a", "c", "w1"]);
+    let (evicted, _): (i64, i64) = invoke(&mut con, &one("op2", "nobody")).await.unwrap();
+    assert_eq!(evicted, 0);
+    // Everyone: the three permits go to the next three waiters (two are left).
+    let (evicted, _) = force_release(&mut con, &k, "op3").await;
+    assert!(evicted);
+    let mut now = holders(&mut con, &k).await;
+    now.sort();
+    assert_eq!(now, ["w2", "w3"]);
+}
+
+#[tokio::test]
+async fn an_abandoned_permit_is_handed_on() {
+    let (_srv, mut con, k) = setup().await;
+    for t in ["a", "b"] {
+        fence_of(sem_acquire(&mut con, &k, t, 2, Duration::ZERO).await);
+    }
+    for w in ["w1", "w2"] {
+        assert!(is_busy(sem_acquire(&mut con, &k, w, 2, SEC).await));
+    }
+    let release_b = flag(Ok(invoke(
+        &mut con,
+        &super::release(&k.lock, "b", 2, &tuning()),
+    )
+    .await
+    .unwrap()))
+    .unwrap();
+    assert!(release_b);
+    // W1 got B's permit and gave up before hearing of it: it goes to W2.
+    assert!(abandon(&mut con, &k, "w1").await);
+    let mut now = holders(&mut con, &k).await;
+    now.sort();
+    assert_eq!(now, ["a", "w2"]);
+}
+
+// Bounded footprint: nothing of a name outlives the retention after its last use.
+
+/// `used_memory` without the clients' buffers (those of this test's own connection move with the
+/// size of its last pipeline, not with what the names left).
+async fn used_memory(con: &mut Con) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(con)
+        .await
+        .unwrap();
+    let field = |name: &str| -> i64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    field("used_memory:") - field("mem_clients_normal:")
+}
+
+async fn dbsize(con: &mut Con) -> i64 {
+    redis::cmd("DBSIZE").query_async(con).await.unwrap()
+}
+
+/// Every key and its TTL (SCAN, never KEYS).
+async fn keys_and_ttls(con: &mut Con) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(con)
+            .await
+            .unwrap();
+        for k in keys {
+            let t = pttl(con, &k).await;
+            out.push((k, t));
+        }
+        cursor = next;
+        if cursor == 0 {
+            return out;
+        }
+    }
+}
+
+/// `names` names acquired and released, plus contended names (queue keys, wake lists, given-up
+/// tokens) and semaphores, all with 1 s TTLs and a 1 s retention. Returns the first name's fence.
+async fn workload(con: &mut Con, prefix: &str, names: usize, t: &Tuning) -> u64 {
+    let ask = |permits| Ask {
+        ttl: SEC,
+        first_ttl: SEC,
+        permits,
+    };
+    let lock = |i: usize| LeaseKeys::new(prefix, &format!("order:{i}")).unwrap().lock;
+    let mut first_fence = 0;
+    for chunk in (0..names).collect::<Vec<_>>().chunks(1_000) {
+        let take: Vec<_> = chunk
+            .iter()
+            .map(|&i| super::acquire(&lock(i), "a", ask(1), Duration::ZERO, t))
+            .collect();
+        let replies = pipeline(con, &take, None).await.unwrap();
+        if chunk[0] == 0 {
+            first_fence = fence_of(AcquireReply::from_value(replies[0].clone()).unwrap());
+        }
+        let give: Vec<_> = chunk
+            .iter()
+            .map(|&i| super::release(&lock(i), "a", 1, t))
+            .collect();
+        for r in pipeline(con, &give, None).await.unwrap() {
+            assert!(flag(r).unwrap());
+        }
+    }
+    for i in 0..200 {
+        let k = LeaseKeys::new(prefix, &format!("busy:{i}")).unwrap();
+        let inv = |token, block| super::acquire(&k.lock, token, ask(1), block, t);
+        invoke::<_, Value>(con, &inv("a", Duration::ZERO))
+            .await
+            .unwrap();
+        for w in ["b", "c"] {
+            invoke::<_, Value>(con, &inv(w, SEC)).await.unwrap();
+        }
+        invoke::<_, Value>(con, &super::abandon(&k.lock, "c", t))
+            .await
+            .unwrap();
+        // Handed to b, which never takes the grant up nor releases: its lock runs out.
+        invoke::<_, Value>(con, &super::release(&k.lock, "a", 1, t))
+            .await
+            .unwrap();
+        let s = LeaseKeys::new(prefix, &format!("pool:{i}")).unwrap();
+        for h in ["x", "y", "z"] {
+            let inv = super::acquire(&s.lock, h, ask(2), SEC, t);
+            invoke::<_, Value>(con, &inv).await.unwrap();
+        }
+        invoke::<_, Value>(con, &super::release(&s.lock, "x", 2, t))
+            .await
+            .unwrap();
+    }
+    first_fence
+}
+
+/// Waits (up to 60 s) until the server holds no key.
+async fn until_empty(con: &mut Con) {
+    for _ in 0..600 {
+        if dbsize(con).await == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{} keys left after the retention", dbsize(con).await);
+}
+
+#[tokio::test]
+async fn a_hundred_thousand_names_leave_nothing_behind_after_the_retention() {
+    // Active expiry at 100 Hz so that 100,000 expired keys are gone in seconds.
+    let srv = RedisServer::builder()
+        .arg("--hz")
+        .arg("100")
+        .start()
+        .unwrap();
+    let mut con = redis::Client::open(srv.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let t = Tuning::with_retention(SEC);
+    // Running scripts grows some of Redis's own buffers once (about 150 KB, whether 10,000 or
+    // 300,000 names went through): a warm-up on other names, so that the baseline has them.
+    workload(&mut con, "warm", 2_000, &t).await;
+    until_empty(&mut con).await;
+    let baseline = used_memory(&mut con).await;
+    let names = 100_000;
+    let first_fence = workload(&mut con, "t", names, &t).await;
+    let live = keys_and_ttls(&mut con).await;
+    assert!(live.len() > 1_000, "{} keys", live.len());
+    // -2: it expired between SCAN and PTTL; -1 would be a key without expiry.
+    let forever: Vec<_> = live.iter().filter(|(_, t)| *t == -1).collect();
+    assert!(forever.is_empty(), "keys without expiry: {forever:?}");
+    until_empty(&mut con).await;
+    // What is left does not grow with the names (about 40 KB after 20,000, 50 KB after 300,000, in
+    // Redis's own structures): under one byte per name, where one fence key alone costs ~100 bytes.
+    const TOLERANCE: i64 = 64 * 1024;
+    let mut grown = i64::MAX;
+    for _ in 0..100 {
+        grown = used_memory(&mut con).await - baseline;
+        if grown <= TOLERANCE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("used_memory {grown} bytes above the baseline after {names} names and the retention");
+    assert!(grown <= TOLERANCE, "{grown} bytes more than before");
+    // A name used again after its fence key expired still gets a larger fence.
+    let lock0 = LeaseKeys::new("t", "order:0").unwrap().lock;
+    let ask = Ask {
+        ttl: SEC,
+        first_ttl: SEC,
+        permits: 1,
+    };
+    let again = invoke::<_, Value>(
+        &mut con,
+        &super::acquire(&lock0, "b", ask, Duration::ZERO, &t),
+    )
+    .await
+    .unwrap();
+    assert!(fence_of(AcquireReply::from_value(Ok(again)).unwrap()) > first_fence);
+}

@@ -279,6 +279,7 @@ impl Error {
                     || source.is_connection_dropped()
                     || source.is_connection_refusal()
                     || source.is_cluster_error()
+                    || crate::lease::store::redis::is_slot_moving(source)
             }
             #[cfg(feature = "etcd")]
             Error::Etcd { source, .. } => crate::lease::store::etcd::is_transient(source),

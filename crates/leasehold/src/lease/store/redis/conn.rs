@@ -380,6 +380,7 @@ impl Dedicated {
 impl ConnectionLike for Dedicated {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            self.count.fetch_add(1, Ordering::Relaxed);
             let first = self.con.send_packed_command(cmd).await;
             self.note(&first);
             let Ok(v) = &first else { return first };
@@ -417,6 +418,7 @@ impl ConnectionLike for Dedicated {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            self.count.fetch_add(1, Ordering::Relaxed);
             let first = self.con.send_packed_commands(pipeline, offset, count).await;
             self.note(&first);
             let Ok(values) = &first else { return first };

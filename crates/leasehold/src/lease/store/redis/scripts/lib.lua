@@ -19,6 +19,14 @@ local permits_key = base .. 'permits'
 local holders_key = base .. 'holders'
 local held_key = base .. 'held'
 
+-- In a Redis Cluster slot that is being migrated, a script that touches a key the node does not hold
+-- fails at that command, keeping the writes it made before: half a release, half a hand-over. So
+-- every script first touches every key of the name at once, plus one that never exists: while the
+-- slot moves this fails (some key is always missing) before anything is written, the client waits
+-- and sends the script again (`TRYAGAIN` semantics), and outside a migration it costs one lookup.
+redis.call('EXISTS', lock_key, fence_key, queue_key, waiters_key, gone_key, released_key, forced_key,
+  permits_key, holders_key, held_key, base .. 'never')
+
 local function wake_key(token)
   return base .. 'wake:' .. token
 end

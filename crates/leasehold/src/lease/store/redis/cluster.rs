@@ -807,7 +807,10 @@ mod tests {
                     panic!("{name}: the second run did not return the lease")
                 };
                 assert_eq!(f1, f2, "{name}: same lease and fence");
-                assert!(t1.abs_diff(*t2) < 1_000, "{name}: same lease: {t1} vs {t2} ms");
+                assert!(
+                    t1.abs_diff(*t2) < 1_000,
+                    "{name}: same lease: {t1} vs {t2} ms"
+                );
                 for _ in 0..2 {
                     let v: Value =
                         scripts::invoke(&mut con, &scripts::renew(&k.lock, "a", 30 * SEC, 1))

@@ -111,6 +111,8 @@ struct Inner {
     prefix: Arc<str>,
     /// Bound on one master's reply.
     response_timeout: Duration,
+    /// How long a fence key outlives its last write.
+    retention: Duration,
     /// Every master's URL without its password.
     location: String,
     /// The fence rule (always the protocol outside tests).
@@ -244,6 +246,7 @@ impl RedlockStore {
                 waits: std::sync::Mutex::new(HashMap::new()),
                 prefix: settings.prefix.into(),
                 response_timeout: settings.response_timeout,
+                retention: settings.retention,
                 location,
                 rule,
             }),
@@ -252,6 +255,13 @@ impl RedlockStore {
 
     fn keys(&self, name: &str) -> RedlockKeys {
         RedlockKeys::for_checked(&self.inner.prefix, name)
+    }
+
+    fn fence_keys(&self, rule: FenceRule) -> scripts::FenceKeys {
+        scripts::FenceKeys {
+            floor: rule.floor,
+            retention: self.inner.retention,
+        }
     }
 
     fn n(&self) -> usize {
@@ -405,7 +415,7 @@ impl RedlockStore {
         let mut confirmed = agreeing;
         let mut unanswered = behind.len();
         let mut failure = None;
-        let inv = Arc::new(scripts::confirm(keys, token, fence));
+        let inv = Arc::new(scripts::confirm(keys, token, fence, self.inner.retention));
         self.fan_out(
             behind,
             |i, inner| {
@@ -695,8 +705,14 @@ impl Store for RedlockStore {
                 |i, inner| {
                     // Every master that answers busy keeps a waiting marker, so that whichever of
                     // them the waiter blocks on, the holder's release there wakes it.
-                    let inv =
-                        scripts::acquire(&keys, req.token, ttl, req.wait, proposal, rule.floor);
+                    let inv = scripts::acquire(
+                        &keys,
+                        req.token,
+                        ttl,
+                        req.wait,
+                        proposal,
+                        self.fence_keys(rule),
+                    );
                     async move {
                         let mut r = inner.nodes[i]
                             .scripts(std::slice::from_ref(&inv), limit)
@@ -895,7 +911,11 @@ impl Store for RedlockStore {
         let proposal = proposal(rule);
         let mut answers: Vec<Option<(bool, u64)>> = vec![None; n];
         let mut first_failure = None;
-        let inv = Arc::new(scripts::force_release(&keys, proposal, rule.floor));
+        let inv = Arc::new(scripts::force_release(
+            &keys,
+            proposal,
+            self.fence_keys(rule),
+        ));
         self.fan_out(
             0..n,
             |i, inner| {
@@ -945,7 +965,7 @@ impl Store for RedlockStore {
                 .filter(|a| a.2 < fence)
                 .map(|a| a.0)
                 .collect();
-            let inv = Arc::new(scripts::raise(&keys, fence));
+            let inv = Arc::new(scripts::raise(&keys, fence, self.inner.retention));
             self.fan_out(
                 behind,
                 |i, inner| {

@@ -3,7 +3,8 @@
 -- ARGV[1] token, ARGV[2] ttl in milliseconds, ARGV[3] how long the caller may block on this master's
 -- wake list when busy, in milliseconds (0: it will not wait here), ARGV[4] slack added to the marker's
 -- lifetime, ARGV[5] the client's fence proposal, ARGV[6] '1' to floor the fence at this server's
--- clock ('0' only in the tests that show why the floor is there)
+-- clock ('0' only in the tests that show why the floor is there), ARGV[7] the fence key's retention
+-- in milliseconds (never shortened; the clock floor keeps fences increasing after it lapses)
 -- Returns {1, fence, waiting} when taken (fence: what this master now records, set in the same atomic
 -- step that took the lock), {0, pttl, holder} when busy (holder: the first 8 hex digits of the holder's
 -- token, so the client can tell one holder with a majority from a split vote).
@@ -49,7 +50,15 @@ if ARGV[6] == '1' then
     fence = now_us
   end
 end
-redis.call('SET', KEYS[2], string.format('%d', fence))
+local keep = tonumber(ARGV[7])
+if keep < tonumber(ARGV[2]) then
+  keep = tonumber(ARGV[2])
+end
+local left = redis.call('PTTL', KEYS[2])
+if left > keep then
+  keep = left
+end
+redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', keep)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local waiting = 0
 local marker = redis.call('PTTL', KEYS[4])

@@ -1,7 +1,8 @@
 -- confirm (Redlock, one master): record the fence the client chose, only while this master still
 -- holds the client's lock.
 -- KEYS[1] lock, KEYS[2] fence
--- ARGV[1] token, ARGV[2] the fence (the maximum of the candidates a majority of masters answered)
+-- ARGV[1] token, ARGV[2] the fence (the maximum of the candidates a majority of masters answered),
+-- ARGV[3] the fence key's retention in milliseconds (never shortened)
 -- Returns 1 when the lock held our token and the fence key is now at least ARGV[2], 0 when the lock
 -- is not ours (expired, restarted empty, force-released, taken by someone else): nothing written.
 --
@@ -13,6 +14,11 @@ end
 local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local fence = tonumber(ARGV[2])
 if fence > stored then
-  redis.call('SET', KEYS[2], ARGV[2])
+  local keep = tonumber(ARGV[3])
+  local left = redis.call('PTTL', KEYS[2])
+  if left > keep then
+    keep = left
+  end
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', keep)
 end
 return 1

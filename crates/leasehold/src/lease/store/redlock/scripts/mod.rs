@@ -132,6 +132,15 @@ fn ms_or_zero(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// How a master writes its fence key: floored at its clock or not (the tests turn the floor off to
+/// show why it is there), and kept for at least the retention (never shortened), so that a name no
+/// longer used leaves nothing behind; the clock floor keeps fences increasing once the key is gone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FenceKeys {
+    pub(crate) floor: bool,
+    pub(crate) retention: Duration,
+}
+
 fn flag(floor: bool) -> &'static str {
     if floor {
         "1"
@@ -149,7 +158,7 @@ pub(crate) fn acquire(
     ttl: Duration,
     wait: Duration,
     proposal: u64,
-    floor: bool,
+    rule: FenceKeys,
 ) -> ScriptInvocation<'static> {
     let mut inv = ACQUIRE.prepare_invoke();
     inv.key(&keys.lock)
@@ -161,14 +170,24 @@ pub(crate) fn acquire(
         .arg(ms_or_zero(wait))
         .arg(ms(WAITING_SLACK))
         .arg(proposal)
-        .arg(flag(floor));
+        .arg(flag(rule.floor))
+        .arg(ms(rule.retention));
     inv
 }
 
 /// confirm.lua: raise the fence key to `fence` while the lock holds `token`. Replies 1 when it did.
-pub(crate) fn confirm(keys: &RedlockKeys, token: &str, fence: u64) -> ScriptInvocation<'static> {
+pub(crate) fn confirm(
+    keys: &RedlockKeys,
+    token: &str,
+    fence: u64,
+    retention: Duration,
+) -> ScriptInvocation<'static> {
     let mut inv = CONFIRM.prepare_invoke();
-    inv.key(&keys.lock).key(&keys.fence).arg(token).arg(fence);
+    inv.key(&keys.lock)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(fence)
+        .arg(ms(retention));
     inv
 }
 
@@ -197,7 +216,7 @@ pub(crate) fn release(keys: &RedlockKeys, token: &str) -> ScriptInvocation<'stat
 pub(crate) fn force_release(
     keys: &RedlockKeys,
     proposal: u64,
-    floor: bool,
+    rule: FenceKeys,
 ) -> ScriptInvocation<'static> {
     let mut inv = FORCE_RELEASE.prepare_invoke();
     inv.key(&keys.lock)
@@ -206,14 +225,19 @@ pub(crate) fn force_release(
         .key(&keys.waiting)
         .arg(ms(WAKE_LINGER))
         .arg(proposal)
-        .arg(flag(floor));
+        .arg(flag(rule.floor))
+        .arg(ms(rule.retention));
     inv
 }
 
 /// raise.lua: raise the fence key to at least `fence`.
-pub(crate) fn raise(keys: &RedlockKeys, fence: u64) -> ScriptInvocation<'static> {
+pub(crate) fn raise(
+    keys: &RedlockKeys,
+    fence: u64,
+    retention: Duration,
+) -> ScriptInvocation<'static> {
     let mut inv = RAISE.prepare_invoke();
-    inv.key(&keys.fence).arg(fence);
+    inv.key(&keys.fence).arg(fence).arg(ms(retention));
     inv
 }
 
@@ -265,6 +289,15 @@ mod tests {
     use leasehold_testkit::RedisServer;
 
     const SEC: Duration = Duration::from_secs(1);
+    const KEEP: Duration = Duration::from_secs(3_600);
+    const NO_FLOOR: FenceKeys = FenceKeys {
+        floor: false,
+        retention: KEEP,
+    };
+    const FLOOR: FenceKeys = FenceKeys {
+        floor: true,
+        retention: KEEP,
+    };
 
     async fn one<C: ConnectionLike>(con: &mut C, inv: ScriptInvocation<'static>) -> Value {
         pipeline(con, &[inv]).await.unwrap().pop().unwrap().unwrap()
@@ -284,9 +317,10 @@ mod tests {
     async fn acquire_records_the_largest_of_stored_plus_one_proposal_and_clock() {
         let (_srv, mut con, k) = setup().await;
         // No floor, no proposal: a plain counter.
-        let a =
-            NodeAcquire::from_value(one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 0, false)).await)
-                .unwrap();
+        let a = NodeAcquire::from_value(
+            one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 0, NO_FLOOR)).await,
+        )
+        .unwrap();
         assert_eq!(
             a,
             NodeAcquire::Taken {
@@ -295,13 +329,14 @@ mod tests {
             }
         );
         // Retried: the same fence, no second increment.
-        let again =
-            NodeAcquire::from_value(one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 0, false)).await)
-                .unwrap();
+        let again = NodeAcquire::from_value(
+            one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 0, NO_FLOOR)).await,
+        )
+        .unwrap();
         assert_eq!(a, again);
         // Busy: the holder's prefix and its TTL, and the marker when the caller will wait.
         let busy = NodeAcquire::from_value(
-            one(&mut con, acquire(&k, "b", 30 * SEC, 5 * SEC, 0, false)).await,
+            one(&mut con, acquire(&k, "b", 30 * SEC, 5 * SEC, 0, NO_FLOOR)).await,
         )
         .unwrap();
         match busy {
@@ -314,7 +349,7 @@ mod tests {
         assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
         // A proposal above stored + 1 wins.
         let p = NodeAcquire::from_value(
-            one(&mut con, acquire(&k, "c", 30 * SEC, SEC, 1_000, false)).await,
+            one(&mut con, acquire(&k, "c", 30 * SEC, SEC, 1_000, NO_FLOOR)).await,
         )
         .unwrap();
         assert!(
@@ -324,7 +359,7 @@ mod tests {
         assert!(flag_reply(Ok(one(&mut con, release(&k, "c")).await)).unwrap());
         // The floor: the server clock in µs, far above 1001.
         let f =
-            NodeAcquire::from_value(one(&mut con, acquire(&k, "d", 30 * SEC, SEC, 0, true)).await)
+            NodeAcquire::from_value(one(&mut con, acquire(&k, "d", 30 * SEC, SEC, 0, FLOOR)).await)
                 .unwrap();
         match f {
             NodeAcquire::Taken { fence, .. } => assert!(fence > 1_600_000_000_000_000, "{fence}"),
@@ -335,9 +370,9 @@ mod tests {
     #[tokio::test]
     async fn confirm_writes_only_while_the_lock_is_ours_and_never_lowers() {
         let (_srv, mut con, k) = setup().await;
-        one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 10, false)).await;
+        one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 10, NO_FLOOR)).await;
         // Not the holder: nothing written.
-        assert!(!flag_reply(Ok(one(&mut con, confirm(&k, "x", 50)).await)).unwrap());
+        assert!(!flag_reply(Ok(one(&mut con, confirm(&k, "x", 50, KEEP)).await)).unwrap());
         let fence: String = redis::cmd("GET")
             .arg(&k.fence)
             .query_async(&mut con)
@@ -346,9 +381,9 @@ mod tests {
         assert_eq!(fence, "10");
         // The holder: raised, twice is once, a lower value leaves it.
         for _ in 0..2 {
-            assert!(flag_reply(Ok(one(&mut con, confirm(&k, "a", 50)).await)).unwrap());
+            assert!(flag_reply(Ok(one(&mut con, confirm(&k, "a", 50, KEEP)).await)).unwrap());
         }
-        assert!(flag_reply(Ok(one(&mut con, confirm(&k, "a", 20)).await)).unwrap());
+        assert!(flag_reply(Ok(one(&mut con, confirm(&k, "a", 20, KEEP)).await)).unwrap());
         let fence: String = redis::cmd("GET")
             .arg(&k.fence)
             .query_async(&mut con)
@@ -357,7 +392,7 @@ mod tests {
         assert_eq!(fence, "50");
         // Released: a late confirm of the old holder writes nothing.
         assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
-        assert!(!flag_reply(Ok(one(&mut con, confirm(&k, "a", 90)).await)).unwrap());
+        assert!(!flag_reply(Ok(one(&mut con, confirm(&k, "a", 90, KEEP)).await)).unwrap());
         let fence: String = redis::cmd("GET")
             .arg(&k.fence)
             .query_async(&mut con)
@@ -369,7 +404,7 @@ mod tests {
     #[tokio::test]
     async fn renew_release_force_and_raise_run_twice_as_once() {
         let (_srv, mut con, k) = setup().await;
-        one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 5, false)).await;
+        one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 5, NO_FLOOR)).await;
         for _ in 0..2 {
             assert!(flag_reply(Ok(one(&mut con, renew(&k, "a", 30 * SEC)).await)).unwrap());
         }
@@ -378,19 +413,112 @@ mod tests {
             assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
         }
         assert!(!flag_reply(Ok(one(&mut con, renew(&k, "a", 30 * SEC)).await)).unwrap());
-        one(&mut con, acquire(&k, "b", 30 * SEC, SEC, 0, false)).await;
-        let (e1, f1) = forced(one(&mut con, force_release(&k, 0, false)).await).unwrap();
-        let (e2, f2) = forced(one(&mut con, force_release(&k, 0, false)).await).unwrap();
+        one(&mut con, acquire(&k, "b", 30 * SEC, SEC, 0, NO_FLOOR)).await;
+        let (e1, f1) = forced(one(&mut con, force_release(&k, 0, NO_FLOOR)).await).unwrap();
+        let (e2, f2) = forced(one(&mut con, force_release(&k, 0, NO_FLOOR)).await).unwrap();
         assert!(e1 && !e2 && f1 == 7 && f2 == 8, "{e1} {f1} {e2} {f2}");
         for _ in 0..2 {
-            assert!(flag_reply(Ok(one(&mut con, raise(&k, 100)).await)).unwrap());
+            assert!(flag_reply(Ok(one(&mut con, raise(&k, 100, KEEP)).await)).unwrap());
         }
-        assert!(flag_reply(Ok(one(&mut con, raise(&k, 3)).await)).unwrap());
+        assert!(flag_reply(Ok(one(&mut con, raise(&k, 3, KEEP)).await)).unwrap());
         let fence: String = redis::cmd("GET")
             .arg(&k.fence)
             .query_async(&mut con)
             .await
             .unwrap();
         assert_eq!(fence, "100");
+    }
+
+    /// The fence key lasts the retention from its last write (never shortened by a client with a
+    /// shorter one) and then goes, leaving nothing of the name; a fence minted after that is still
+    /// higher, by the clock floor.
+    #[tokio::test]
+    async fn the_fence_key_expires_after_the_retention_and_fences_still_increase() {
+        let (_srv, mut con, k) = setup().await;
+        let pttl = |con: &mut redis::aio::MultiplexedConnection, key: String| {
+            let mut con = con.clone();
+            async move {
+                redis::cmd("PTTL")
+                    .arg(key)
+                    .query_async::<i64>(&mut con)
+                    .await
+                    .unwrap()
+            }
+        };
+        let short = FenceKeys {
+            floor: true,
+            retention: SEC,
+        };
+        let long = FenceKeys {
+            floor: true,
+            retention: 10 * SEC,
+        };
+        // A lease longer than the retention keeps its fence key at least as long as the lease.
+        let a = NodeAcquire::from_value(
+            one(
+                &mut con,
+                acquire(&k, "a", 2 * SEC, Duration::ZERO, 0, short),
+            )
+            .await,
+        );
+        let Ok(NodeAcquire::Taken { fence: first, .. }) = a else {
+            panic!("{a:?}")
+        };
+        assert!((1_000..=2_000).contains(&pttl(&mut con, k.fence.clone()).await));
+        assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
+        // Another client with a longer retention: never shortened by the short one afterwards.
+        one(&mut con, acquire(&k, "b", SEC, Duration::ZERO, 0, long)).await;
+        assert!(flag_reply(Ok(one(
+            &mut con,
+            confirm(&k, "b", 4_000_000_000_000_000, SEC)
+        )
+        .await))
+        .unwrap());
+        assert!(pttl(&mut con, k.fence.clone()).await > 9_000);
+        assert!(flag_reply(Ok(
+            one(&mut con, raise(&k, 5_000_000_000_000_000, SEC)).await
+        ))
+        .unwrap());
+        assert!(pttl(&mut con, k.fence.clone()).await > 9_000);
+        assert!(flag_reply(Ok(one(&mut con, release(&k, "b")).await)).unwrap());
+        redis::cmd("DEL")
+            .arg(&k.fence)
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+        // Gone after the retention: nothing of the name is left.
+        one(&mut con, acquire(&k, "c", SEC, Duration::ZERO, 0, short)).await;
+        assert!(flag_reply(Ok(one(&mut con, release(&k, "c")).await)).unwrap());
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let permanent = {
+            let mut p = Vec::new();
+            for key in left {
+                if pttl(&mut con, key.clone()).await == -1 {
+                    p.push(key);
+                }
+            }
+            p
+        };
+        assert!(permanent.is_empty(), "keys without a TTL: {permanent:?}");
+        assert_eq!(
+            pttl(&mut con, k.fence.clone()).await,
+            -2,
+            "the fence key is gone"
+        );
+        let d = NodeAcquire::from_value(
+            one(&mut con, acquire(&k, "d", SEC, Duration::ZERO, 0, short)).await,
+        );
+        let Ok(NodeAcquire::Taken { fence: later, .. }) = d else {
+            panic!("{d:?}")
+        };
+        assert!(
+            later > first,
+            "the clock floor keeps fences increasing: {first} -> {later}"
+        );
     }
 }

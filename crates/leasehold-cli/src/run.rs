@@ -177,14 +177,9 @@ fn held_for(remaining: Option<Duration>) -> String {
         .unwrap_or_default()
 }
 
-/// Test knob: `LEASEHOLD_RUN_THREAD_CHURN=100ms` retires idle runtime threads after half that and
-/// starts a blocking task every period, so threads come and go all the time; a test uses it to show
-/// that nothing about the command's supervision is tied to the thread that started it.
-pub(crate) const THREAD_CHURN_KNOB: &str = "LEASEHOLD_RUN_THREAD_CHURN";
-
 /// The churn period, when the test knob is set to a duration.
 pub(crate) fn thread_churn() -> Option<Duration> {
-    let value = std::env::var(THREAD_CHURN_KNOB).ok()?;
+    let value = std::env::var(crate::watcher::THREAD_CHURN_KNOB).ok()?;
     crate::duration::parse(&value).ok().filter(|d| !d.is_zero())
 }
 

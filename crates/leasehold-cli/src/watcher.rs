@@ -42,6 +42,12 @@ use nix::unistd::Pid;
 
 use crate::exit;
 
+/// Test knob: `LEASEHOLD_RUN_THREAD_CHURN=100ms` makes `run` retire idle runtime threads after half
+/// that and start a blocking task every period, so threads come and go all the time; a test uses it
+/// to show that nothing about the command's supervision is tied to the thread that started it. The
+/// watcher keeps it out of the command's environment.
+pub(crate) const THREAD_CHURN_KNOB: &str = "LEASEHOLD_RUN_THREAD_CHURN";
+
 /// The hidden subcommand's arguments, written by [`Watcher::start`] and by nobody else.
 #[derive(Debug, clap::Args)]
 pub(crate) struct WatcherArgs {
@@ -326,7 +332,7 @@ pub(crate) fn main(args: WatcherArgs) -> i32 {
     let mut cmd = std::process::Command::new(program);
     cmd.args(rest)
         .env_remove(PDEATHSIG_KNOB)
-        .env_remove(crate::run::THREAD_CHURN_KNOB);
+        .env_remove(THREAD_CHURN_KNOB);
     cmd.process_group(args.join_group.unwrap_or(0));
     let spawned = blocked.thread_unblock().and_then(|()| {
         let spawned = cmd.spawn();

@@ -127,7 +127,7 @@ pub enum Error {
     #[cfg(feature = "etcd")]
     #[error(
         "etcd failed during {phase}: {}",
-        crate::lease::store::etcd::describe(source)
+        crate::lease::store::etcd::errors::describe(source)
     )]
     Etcd {
         /// What we were doing.
@@ -279,10 +279,10 @@ impl Error {
                     || source.is_connection_dropped()
                     || source.is_connection_refusal()
                     || source.is_cluster_error()
-                    || crate::lease::store::redis::is_slot_moving(source)
+                    || is_slot_moving(source)
             }
             #[cfg(feature = "etcd")]
-            Error::Etcd { source, .. } => crate::lease::store::etcd::is_transient(source),
+            Error::Etcd { source, .. } => crate::lease::store::etcd::errors::is_transient(source),
             #[cfg(any(feature = "postgres", feature = "sqlite"))]
             Error::Database(e) => {
                 matches!(
@@ -418,6 +418,17 @@ fn is_serialization_failure(e: &sqlx::Error) -> bool {
         ),
         _ => false,
     }
+}
+
+/// A cluster slot is being migrated and the request touches keys on both sides: `TRYAGAIN`, or a
+/// script stopped at its first command (the lease scripts touch every key of the name before
+/// writing) with "Script attempted to access a non local key". Nothing was written; send it again
+/// shortly.
+#[cfg(feature = "redis")]
+pub(crate) fn is_slot_moving(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+        || e.to_string()
+            .contains("attempted to access a non local key")
 }
 
 #[cfg(test)]

@@ -272,5 +272,11 @@ async fn cleanup(st: &mut Stage) {
 
 /// Runs one worker process of the live demo; returns the process exit code.
 pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<i32> {
-    worker::run(args).await
+    match args.role.as_str() {
+        "setnx" => worker::setnx_holder(args).await,
+        "token" => worker::token_holder(args).await,
+        "fenced" => fenced::worker(args).await,
+        "redlock" => redlock::worker(args).await,
+        other => anyhow::bail!("unknown demo worker role `{other}`"),
+    }
 }

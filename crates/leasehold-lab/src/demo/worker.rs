@@ -1,7 +1,8 @@
-//! The demo's worker process (`leasehold __demo-worker`): the holder that gets crashed (SIGKILL) or
-//! paused (SIGSTOP/SIGCONT) for real. Promise: it reports every command it sends, one line each on
-//! stdout: `CMD <command>\t<reply>`, `SQL <statement>\t<outcome>`, `SAY <text>`, and cues for the demo
-//! as `EVENT <word> [value]`. Limit: its report is narrative only; verdicts come from the data.
+//! The demo's worker processes (`leasehold __demo-worker`, roles `setnx` and `token`; `mod.rs` picks
+//! the role): the holder that gets crashed (SIGKILL) or paused (SIGSTOP/SIGCONT) for real. Promise: it
+//! reports every command it sends, one line each on stdout: `CMD <command>\t<reply>`,
+//! `SQL <statement>\t<outcome>`, `SAY <text>`, and cues for the demo as `EVENT <word> [value]`.
+//! Limit: its report is narrative only; verdicts come from the data.
 
 use std::time::Duration;
 
@@ -28,17 +29,6 @@ pub(crate) fn token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// Runs one worker role; returns the process exit code.
-pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
-    match args.role.as_str() {
-        "setnx" => setnx_holder(args).await,
-        "token" => token_holder(args).await,
-        "fenced" => super::fenced::worker(args).await,
-        "redlock" => super::redlock::worker(args).await,
-        other => anyhow::bail!("unknown demo worker role `{other}`"),
-    }
-}
-
 async fn connect(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
     Ok(redis::Client::open(url)?
         .get_multiplexed_async_connection()
@@ -46,7 +36,7 @@ async fn connect(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection>
 }
 
 /// Scene 1: takes the lock with SETNX (no TTL) and works until it is killed.
-async fn setnx_holder(args: WorkerArgs) -> anyhow::Result<i32> {
+pub(crate) async fn setnx_holder(args: WorkerArgs) -> anyhow::Result<i32> {
     let mut con = connect(&args.redis).await?;
     let got: bool = con.set_nx(&args.key, "A").await?;
     cmd(
@@ -68,7 +58,7 @@ async fn setnx_holder(args: WorkerArgs) -> anyhow::Result<i32> {
 
 /// Scene 3: token lock (SET NX PX) and compare-and-delete release, read-modify-write on the counter
 /// with no fence; the demo pauses it between the read and the write.
-async fn token_holder(args: WorkerArgs) -> anyhow::Result<i32> {
+pub(crate) async fn token_holder(args: WorkerArgs) -> anyhow::Result<i32> {
     let db = args
         .db
         .as_deref()

@@ -207,13 +207,13 @@ pub(super) fn connect_error(location: &str, endpoint: &str, e: etcd_client::Erro
     // server that does not speak gRPC (an HTTP/1 server, or a TLS port spoken to in plain text);
     // later the same error means a member went away mid-request.
     let closed_unanswered = || {
-        let text = super::describe(&e).to_ascii_lowercase();
+        let text = super::errors::describe(&e).to_ascii_lowercase();
         ["connection closed", "connection reset", "broken pipe"]
             .iter()
             .any(|s| text.contains(s))
-            .then(|| super::describe(&e))
+            .then(|| super::errors::describe(&e))
     };
-    match super::not_etcd(&e).or_else(closed_unanswered) {
+    match super::errors::not_etcd(&e).or_else(closed_unanswered) {
         Some(what) => Error::invalid(
             "etcd url",
             format!(

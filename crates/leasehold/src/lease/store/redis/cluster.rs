@@ -117,7 +117,7 @@ fn next_step(v: &Value) -> Next {
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly,
         ) => Next::Retry,
-        _ if node::is_slot_moving(&e) => Next::Retry,
+        _ if crate::error::is_slot_moving(&e) => Next::Retry,
         _ => Next::Done,
     }
 }

@@ -29,7 +29,6 @@ mod cluster;
 pub(super) mod conn;
 pub mod keys;
 mod node;
-pub(crate) use self::node::is_slot_moving;
 mod scripts;
 mod sentinel;
 mod standalone;

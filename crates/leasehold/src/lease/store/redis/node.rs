@@ -143,15 +143,6 @@ pub(crate) fn is_connection_failure(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_connection_refusal()
 }
 
-/// A cluster slot is being migrated and the request touches keys on both sides: `TRYAGAIN`, or a
-/// script stopped at its first command (lib.lua touches every key of the name before writing) with
-/// "Script attempted to access a non local key". Nothing was written; send it again shortly.
-pub(crate) fn is_slot_moving(e: &RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(ServerErrorKind::TryAgain)
-        || e.to_string()
-            .contains("attempted to access a non local key")
-}
-
 /// A node that is a replica refused a write: the primary moved.
 pub(crate) fn is_readonly(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly)

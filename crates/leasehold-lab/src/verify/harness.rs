@@ -12,9 +12,7 @@ use anyhow::Context as _;
 use super::checker::{self, Interval};
 use super::faults::applicability;
 use super::resource::{Outcome, Resource};
-use super::rig::{
-    spawn_worker, split_redis_url, LockStory, Log, RedisSetup, WorkerProc, WorkerSpec,
-};
+use super::rig::{spawn_worker, split_redis_url, LockStory, Log, Servers, WorkerProc, WorkerSpec};
 use super::worker::{lock_key, now_ms, Event};
 use super::{report, Fault, Strategy, VerifyArgs, Workload};
 
@@ -130,7 +128,10 @@ pub(crate) struct Timing {
     /// has surely expired and another worker has had time to take it and write.
     pub(crate) hold: Duration,
     cooldown: Duration,
+    /// Injections per cell, and for the faults that take seconds each (a Sentinel or Cluster
+    /// failover waits for a failure to be detected and a replica elected).
     injections: u32,
+    slow_injections: u32,
     /// How long to wait for some worker to reach a write inside its critical section.
     target_wait: Duration,
     /// A lock wait longer than this is a stall. Far above any wait the faults cause by design
@@ -147,18 +148,34 @@ impl Timing {
             gap: Duration::from_millis(100).max(ttl / 2),
             hold: ttl * 3,
             cooldown: Duration::from_millis(200).max(ttl),
-            injections: args.injections.unwrap_or(if args.quick { 1 } else { 7 }),
+            injections: args.injections.unwrap_or(if args.quick { 1 } else { 5 }),
+            slow_injections: args.injections.unwrap_or(if args.quick { 1 } else { 2 }),
             target_wait: Duration::from_secs(2).max(ttl * 10),
             stall_after: Duration::from_secs(5).max(ttl * 25),
         }
     }
 
+    /// Injections in a cell of `fault`.
+    pub(crate) fn injections(&self, fault: Fault) -> u32 {
+        if fault.slow() {
+            self.slow_injections
+        } else {
+            self.injections
+        }
+    }
+
     /// An estimate of one cell's wall time, for the announcement: the timeline plus what starting
-    /// servers and workers and stopping them takes on a busy 2-core machine.
-    fn estimate(&self) -> Duration {
-        Duration::from_millis(300)
+    /// servers and workers and stopping them takes on a busy 2-core machine (a Sentinel set or a
+    /// Cluster takes seconds to start, and each of its failovers seconds more).
+    fn estimate(&self, fault: Fault) -> Duration {
+        let (start, per_injection) = if fault.slow() {
+            (Duration::from_secs(4), Duration::from_secs(5))
+        } else {
+            (Duration::from_millis(300), Duration::from_millis(60))
+        };
+        start
             + self.warmup
-            + (self.gap + self.hold + Duration::from_millis(60)) * self.injections
+            + (self.gap + self.hold + per_injection) * self.injections(fault)
             + self.cooldown
     }
 }
@@ -252,19 +269,21 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
             "no cells to run: the --workload/--fault/--strategy filters exclude everything"
         );
     }
-    let runnable = cells
+    let runnable: Vec<Fault> = cells
         .iter()
         .filter(|(_, f, s)| applicability(*f, *s, ctx.user_redis.is_some()).is_none())
-        .count();
-    let estimate = ctx.timing.estimate() * runnable as u32;
+        .map(|c| c.1)
+        .collect();
+    let estimate: Duration = runnable.iter().map(|f| ctx.timing.estimate(*f)).sum();
     eprintln!(
-        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell; {}.",
+        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover); {}.",
         cells.len(),
-        runnable,
-        cells.len() - runnable,
+        runnable.len(),
+        cells.len() - runnable.len(),
         ctx.workers,
         args.ttl_ms,
         ctx.timing.injections,
+        ctx.timing.slow_injections,
         human(estimate)
     );
     let bar = if std::io::stderr().is_terminal() {
@@ -440,17 +459,23 @@ fn command_line(args: &VerifyArgs) -> String {
 #[derive(Debug)]
 pub(crate) struct Cell<'a> {
     pub(crate) ctx: &'a RunContext,
-    spec: WorkerSpec<'a>,
+    pub(crate) spec: WorkerSpec<'a>,
     pub(crate) log: Arc<Log>,
     pub(crate) workers: Vec<WorkerProc>,
-    pub(crate) redis: Option<RedisSetup>,
-    notes: Vec<String>,
+    pub(crate) redis: Option<Servers>,
+    pub(crate) notes: Vec<String>,
     /// When the replication link was last cut and the last failover began (ms, this machine's
     /// clock), for the stall evidence.
     pub(crate) replication_cut_ms: Option<i64>,
     pub(crate) failover_ms: Option<i64>,
     /// The first lock seen held with no expiry.
     stuck_lock: Option<StuckLock>,
+    /// Faults injected so far in this cell (the Redlock faults take turns among the masters).
+    pub(crate) injected: u32,
+    /// Redlock master faults that found the target's lease on fewer than all three masters.
+    pub(crate) bare_majorities: u32,
+    /// Targets let go because their lease stood on a bare majority (see `Cell::suits`).
+    passed_over: u32,
 }
 
 /// A lock the harness saw held with no expiry.
@@ -467,8 +492,12 @@ struct StuckLock {
 impl Cell<'_> {
     /// Starts a worker process for `slot`, continuing at operation `start_op`.
     pub(crate) async fn spawn(&self, slot: u32, start_op: u64) -> anyhow::Result<WorkerProc> {
-        let url = self.redis.as_ref().map(|r| r.url(slot));
-        spawn_worker(self.ctx, &self.log, self.spec, slot, url, start_op).await
+        let urls = self
+            .redis
+            .as_ref()
+            .map(|r| r.urls(slot))
+            .unwrap_or_default();
+        spawn_worker(self.ctx, &self.log, self.spec, slot, urls, start_op).await
     }
 
     /// Looks for a lock that will never expire and remembers the first sighting (`where_`, the
@@ -613,7 +642,7 @@ async fn run_cell_inner(
         key,
     } = spec;
     resource.setup(workload, strategy).await?;
-    if strategy == Strategy::LeaseFence {
+    if strategy.fenced() {
         let fenced = super::resource::Fenced::connect(&ctx.database, prefix, key).await?;
         fenced.migrate().await?;
         fenced.close().await;
@@ -624,7 +653,7 @@ async fn run_cell_inner(
         guards.close().await;
     }
     let redis = if strategy.uses_redis() {
-        Some(RedisSetup::start(ctx, fault).await?)
+        Some(Servers::start(ctx, fault, strategy).await?)
     } else {
         None
     };
@@ -638,6 +667,9 @@ async fn run_cell_inner(
         replication_cut_ms: None,
         failover_ms: None,
         stuck_lock: None,
+        injected: 0,
+        bare_majorities: 0,
+        passed_over: 0,
     };
     let t = ctx.timing;
     let cell_start = now_ms();
@@ -675,7 +707,8 @@ async fn run_cell_inner(
 
     let mut windows = Vec::new();
     let mut injected = 0u64;
-    for round in 1..=t.injections {
+    let injections = t.injections(fault);
+    for round in 1..=injections {
         if round > 1 {
             tokio::time::sleep(t.gap).await;
         }
@@ -684,14 +717,25 @@ async fn run_cell_inner(
             continue;
         }
         cell.arm(fault).await?;
-        let Some(slot) = cell.choose_target().await else {
+        let mut target = cell.choose_target().await;
+        for _ in 0..10 {
+            match target {
+                Some(slot) if !cell.suits(fault, slot).await => {
+                    cell.workers[slot as usize].send("go").await;
+                    cell.passed_over += 1;
+                    target = cell.choose_target().await;
+                }
+                _ => break,
+            }
+        }
+        let Some(slot) = target else {
+            cell.disarm(fault);
             cell.notes.push(format!(
                 "injection {round} not done: no worker reached a write in its critical section"
             ));
             if cell.check_lock(&format!("before injection {round}")).await {
                 cell.notes.push(format!(
-                    "injections {round}-{} not done: nobody can take the lock",
-                    t.injections
+                    "injections {round}-{injections} not done: nobody can take the lock"
                 ));
                 break;
             }
@@ -702,6 +746,7 @@ async fn run_cell_inner(
             cell.workers[slot as usize].send("go").await;
         }
         injected += 1;
+        cell.injected += 1;
         windows.push(report::FaultWindow {
             slot,
             start_ms: start,
@@ -814,6 +859,18 @@ async fn run_cell_inner(
     let mut notes = Vec::new();
     notes.extend(cell.stuck_lock_note());
     notes.append(&mut cell.notes);
+    if cell.passed_over > 0 {
+        notes.push(format!(
+            "{} holders let go untouched: their lease stood on a bare majority of the masters, and this fault is aimed at a lease held on all three",
+            cell.passed_over
+        ));
+    }
+    if cell.bare_majorities > 0 {
+        notes.push(format!(
+            "{} of {injected} injections found the lease held on only 2 of the 3 masters (losing one of a bare majority loses the lease)",
+            cell.bare_majorities
+        ));
+    }
     if !stall_spans.is_empty() {
         notes.push(format!(
             "{} lock waits gave up after {} ms ({no_expiry_stalls} of them found the lock held with no expiry)",

@@ -398,7 +398,7 @@ impl Cell<'_> {
                     s.down = s.failing.take();
                     Ok(())
                 })?;
-                tokio::time::sleep_until(started + t.hold).await;
+                self.after_promotion(slot, started).await;
             }
             Fault::ClusterFailover => {
                 let started = tokio::time::Instant::now();
@@ -412,7 +412,7 @@ impl Cell<'_> {
                     c.cluster.wait_until_ok(Duration::from_secs(20))?;
                     Ok(())
                 })?;
-                tokio::time::sleep_until(started + t.hold).await;
+                self.after_promotion(slot, started).await;
             }
         }
         Ok(true)
@@ -432,6 +432,19 @@ impl Cell<'_> {
             Ok(r) => r.held_on(&key).await == 3,
             Err(_) => true,
         }
+    }
+
+    /// The rest of a Sentinel or Cluster failover's window once the replica is promoted: the
+    /// failover itself takes seconds, longer than the window, so the target is held until another
+    /// worker has found the new primary and written (at most 5 s), and at least the window.
+    async fn after_promotion(&mut self, slot: u32, started: tokio::time::Instant) {
+        let since = self.log.len();
+        self.log
+            .wait_for(since, Duration::from_secs(5), |s, ev| {
+                s != slot && matches!(ev, Event::Wrote { .. })
+            })
+            .await;
+        tokio::time::sleep_until(started + self.ctx.timing.hold).await;
     }
 
     /// Counts an injection that finds the target's lease held on fewer than all three masters (an

@@ -922,32 +922,52 @@ async fn run_cell_inner(
 mod tests {
     use super::*;
 
+    fn runnable(cells: &[(Workload, Fault, Strategy)]) -> Vec<(Workload, Fault, Strategy)> {
+        cells
+            .iter()
+            .copied()
+            .filter(|(_, f, s)| applicability(*f, *s, false).is_none())
+            .collect()
+    }
+
     #[test]
-    fn quick_plan_covers_pause_everywhere_and_every_fault_on_the_counter() {
+    fn quick_plan_covers_pause_everywhere_and_every_fault_and_strategy_on_the_counter() {
         use clap::ValueEnum as _;
         let args = VerifyArgs {
             quick: true,
             ..VerifyArgs::default()
         };
         let cells = plan(&args);
-        assert_eq!(cells.iter().filter(|c| c.1 == Fault::Pause).count(), 25);
+        assert_eq!(
+            cells.iter().filter(|c| c.1 == Fault::Pause).count(),
+            Workload::value_variants().len() * Strategy::value_variants().len()
+        );
         assert!(cells
             .iter()
             .all(|c| c.1 == Fault::Pause || c.0 == Workload::Counter));
         assert!(!cells.iter().any(|c| c.1 == Fault::None));
+        let ran = runnable(&cells);
         for f in Fault::value_variants()
             .iter()
             .filter(|f| **f != Fault::None)
         {
             assert!(
-                cells.iter().any(|c| c.1 == *f && c.0 == Workload::Counter),
+                ran.iter().any(|c| c.1 == *f && c.0 == Workload::Counter),
                 "{f} is missing from the quick run"
             );
         }
+        for s in Strategy::value_variants() {
+            assert!(
+                ran.iter().any(|c| c.2 == *s && c.1 == Fault::Pause),
+                "{s} is missing from the quick run"
+            );
+        }
+        assert_eq!(Timing::new(&args).injections(Fault::Pause), 1);
+        assert_eq!(Timing::new(&args).injections(Fault::ClusterFailover), 1);
     }
 
     #[test]
-    fn full_plan_is_every_cell_with_seven_injections() {
+    fn full_plan_is_every_cell_with_five_injections_and_two_per_slow_failover() {
         use clap::ValueEnum as _;
         let args = VerifyArgs::default();
         let cells = plan(&args);
@@ -957,7 +977,21 @@ mod tests {
                 * Fault::value_variants().len()
                 * Strategy::value_variants().len()
         );
-        assert_eq!(Timing::new(&args).injections, 7);
+        let t = Timing::new(&args);
+        assert_eq!(t.injections(Fault::Pause), 5);
+        assert_eq!(t.injections(Fault::SentinelFailover), 2);
+        assert_eq!(t.injections(Fault::ClusterFailover), 2);
+        // Enough faults for the claim the docs make (at least 1,000 injected), if every injection
+        // finds a target.
+        let planned: u32 = runnable(&cells)
+            .iter()
+            .filter(|c| c.1 != Fault::None)
+            .map(|c| t.injections(c.1))
+            .sum();
+        assert!(planned >= 1_200, "{planned} injections planned");
+        // And the announced estimate stays inside half an hour.
+        let estimate: Duration = runnable(&cells).iter().map(|c| t.estimate(c.1)).sum();
+        assert!(estimate < Duration::from_secs(30 * 60), "{estimate:?}");
     }
 
     #[test]
@@ -971,13 +1005,71 @@ mod tests {
                 needs.redis.then_some(CellStatus::NotApplicable),
                 "{f}"
             );
-            if needs.own_redis {
-                assert_eq!(
-                    applicability(*f, Strategy::Naive, true).map(|n| n.0),
-                    Some(CellStatus::Skipped),
-                    "{f}"
-                );
+            for s in [Strategy::Lease, Strategy::Redlock] {
+                if needs.own_redis && applicability(*f, s, false).is_none() {
+                    assert_eq!(
+                        applicability(*f, s, true).map(|n| n.0),
+                        Some(CellStatus::Skipped),
+                        "{f} {s}"
+                    );
+                }
             }
+        }
+        // Redlock needs three masters of its own whatever the fault.
+        assert_eq!(
+            applicability(Fault::Pause, Strategy::RedlockFence, true).map(|n| n.0),
+            Some(CellStatus::Skipped)
+        );
+    }
+
+    #[test]
+    fn each_fault_applies_to_the_deployments_it_is_defined_on() {
+        let na = |f, s| applicability(f, s, false).map(|n| n.0) == Some(CellStatus::NotApplicable);
+        for f in [Fault::RedisRestart, Fault::Failover] {
+            assert!(
+                na(f, Strategy::Redlock) && na(f, Strategy::RedlockFence),
+                "{f}"
+            );
+            assert!(!na(f, Strategy::Naive), "{f}");
+        }
+        for f in [Fault::NodeKill, Fault::NodeRestart] {
+            for s in [
+                Strategy::Naive,
+                Strategy::TtlDel,
+                Strategy::Lease,
+                Strategy::LeaseFence,
+            ] {
+                assert!(na(f, s), "{f} {s}");
+            }
+            assert!(
+                !na(f, Strategy::Redlock) && !na(f, Strategy::RedlockFence),
+                "{f}"
+            );
+        }
+        for f in [Fault::SentinelFailover, Fault::ClusterFailover] {
+            for s in [
+                Strategy::Naive,
+                Strategy::TtlDel,
+                Strategy::Redlock,
+                Strategy::RedlockFence,
+                Strategy::DbGuards,
+            ] {
+                assert!(na(f, s), "{f} {s}");
+            }
+            assert!(
+                !na(f, Strategy::Lease) && !na(f, Strategy::LeaseFence),
+                "{f}"
+            );
+        }
+        for f in [
+            Fault::Pause,
+            Fault::Kill,
+            Fault::NetDelay,
+            Fault::NetCut,
+            Fault::NetBlackhole,
+            Fault::ClockJump,
+        ] {
+            assert!(!na(f, Strategy::Redlock) && !na(f, Strategy::Lease), "{f}");
         }
     }
 }

@@ -162,7 +162,7 @@ pub(crate) fn applicability(
 impl Cell<'_> {
     fn redis(&mut self) -> anyhow::Result<&mut RedisSetup> {
         match self.redis.as_mut() {
-            Some(Servers::One(r)) => Ok(r),
+            Some(Servers::One(r)) => Ok(r.as_mut()),
             _ => anyhow::bail!("this fault needs the strategy's one Redis server"),
         }
     }

@@ -50,7 +50,7 @@ pub(crate) fn split_redis_url(url: &str) -> anyhow::Result<(String, String, Stri
 #[derive(Debug)]
 pub(crate) enum Servers {
     /// One server (or the user's), behind one proxy per worker slot.
-    One(RedisSetup),
+    One(Box<RedisSetup>),
     /// Redlock's three independent masters, each behind one proxy per worker slot.
     Redlock(RedlockSetup),
     /// A primary and its replica under three sentinels, reached directly.
@@ -73,7 +73,7 @@ impl Servers {
             ));
         }
         Ok(match needs.deployment {
-            Deployment::Standalone => Self::One(RedisSetup::start(ctx, fault).await?),
+            Deployment::Standalone => Self::One(Box::new(RedisSetup::start(ctx, fault).await?)),
             Deployment::Sentinel => Self::Sentinel(SentinelSetup {
                 set: tokio::task::spawn_blocking(SentinelSet::start).await??,
                 failing: None,

@@ -155,7 +155,7 @@ pub struct VerifyArgs {
     /// A short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload
     /// under the pause fault, and every fault on the counter workload, one injection per cell.
     /// Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster
-    /// failovers, which take seconds each; 25-30 minutes on 2 cores).
+    /// failovers, which take seconds each; about 21 minutes on 2 cores).
     #[arg(long)]
     pub quick: bool,
     /// Write the cells as a JSON array to this file.

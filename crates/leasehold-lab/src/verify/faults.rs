@@ -266,15 +266,38 @@ impl Cell<'_> {
         Ok(())
     }
 
-    /// Undoes [`arm`](Self::arm) when no target was found, where leaving it would change the
-    /// next cells' conditions (the links cut for a Redlock clock jump).
+    /// Undoes [`arm`](Self::arm) when no target was found, where leaving it would change the next
+    /// injection's conditions: the links cut for a Redlock clock jump, the replica stopped for a
+    /// Sentinel or Cluster failover (continued, it reconnects to its primary by itself). A failed
+    /// undo is left for the next arming to report.
     pub(crate) fn disarm(&mut self, fault: Fault) {
-        if fault == Fault::ClockJump {
-            if let Ok(r) = self.masters() {
-                for slot in &r.links {
-                    slot[CUT_MASTER].restore();
+        match fault {
+            Fault::ClockJump => {
+                if let Ok(r) = self.masters() {
+                    for slot in &r.links {
+                        slot[CUT_MASTER].restore();
+                    }
                 }
             }
+            Fault::SentinelFailover => {
+                if let Ok(s) = self.sentinel() {
+                    if let Some(primary) = s.failing.take() {
+                        for i in (0..s.set.nodes().len()).filter(|i| *i != primary) {
+                            if s.set.node(i).is_paused() {
+                                let _ = s.set.node_mut(i).resume();
+                            }
+                        }
+                    }
+                }
+            }
+            Fault::ClusterFailover => {
+                if let Ok(c) = self.cluster() {
+                    if let Some((_, replica)) = c.isolated.take() {
+                        let _ = c.cluster.node_mut(replica).resume();
+                    }
+                }
+            }
+            _ => {}
         }
     }
 

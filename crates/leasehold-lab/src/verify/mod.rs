@@ -70,9 +70,9 @@ pub enum Fault {
     /// connections stay open and silent, then resume.
     NetBlackhole,
     /// The Redis server's wall clock jumps forward past the lease TTL while the lease is held. On
-    /// Redlock, the Kleppmann schedule: the holder's lease on a bare majority (its link to the third
-    /// master cut during its acquire), one master of that majority jumps, and a second client reaches
-    /// a majority through it.
+    /// Redlock, the schedule of the Redlock debate: the holder's lease on a bare majority (its link
+    /// to the third master cut during its acquire), one master of that majority jumps, and a second
+    /// client reaches a majority through it.
     ClockJump,
     /// Redlock: one of the three masters is killed while the lease is held, stays down for the fault
     /// window, and comes back empty.

@@ -12,9 +12,7 @@ use anyhow::Context as _;
 use super::checker::{self, Interval};
 use super::faults::applicability;
 use super::resource::{Outcome, Resource};
-use super::rig::{
-    spawn_worker, split_redis_url, LockStory, Log, RedisSetup, WorkerProc, WorkerSpec,
-};
+use super::rig::{spawn_worker, split_redis_url, LockStory, Log, Servers, WorkerProc, WorkerSpec};
 use super::worker::{lock_key, now_ms, Event};
 use super::{report, Fault, Strategy, VerifyArgs, Workload};
 
@@ -130,7 +128,10 @@ pub(crate) struct Timing {
     /// has surely expired and another worker has had time to take it and write.
     pub(crate) hold: Duration,
     cooldown: Duration,
+    /// Injections per cell, and for the faults that take seconds each (a Sentinel or Cluster
+    /// failover waits for a failure to be detected and a replica elected).
     injections: u32,
+    slow_injections: u32,
     /// How long to wait for some worker to reach a write inside its critical section.
     target_wait: Duration,
     /// A lock wait longer than this is a stall. Far above any wait the faults cause by design
@@ -147,18 +148,34 @@ impl Timing {
             gap: Duration::from_millis(100).max(ttl / 2),
             hold: ttl * 3,
             cooldown: Duration::from_millis(200).max(ttl),
-            injections: args.injections.unwrap_or(if args.quick { 1 } else { 7 }),
+            injections: args.injections.unwrap_or(if args.quick { 1 } else { 5 }),
+            slow_injections: args.injections.unwrap_or(if args.quick { 1 } else { 2 }),
             target_wait: Duration::from_secs(2).max(ttl * 10),
             stall_after: Duration::from_secs(5).max(ttl * 25),
         }
     }
 
+    /// Injections in a cell of `fault`.
+    pub(crate) fn injections(&self, fault: Fault) -> u32 {
+        if fault.slow() {
+            self.slow_injections
+        } else {
+            self.injections
+        }
+    }
+
     /// An estimate of one cell's wall time, for the announcement: the timeline plus what starting
-    /// servers and workers and stopping them takes on a busy 2-core machine.
-    fn estimate(&self) -> Duration {
-        Duration::from_millis(300)
+    /// servers and workers and stopping them takes on a busy 2-core machine (a Sentinel set or a
+    /// Cluster takes seconds to start, and each of its failovers seconds more).
+    fn estimate(&self, fault: Fault) -> Duration {
+        let (start, per_injection) = if fault.slow() {
+            (Duration::from_secs(4), Duration::from_secs(5))
+        } else {
+            (Duration::from_millis(300), Duration::from_millis(60))
+        };
+        start
             + self.warmup
-            + (self.gap + self.hold + Duration::from_millis(60)) * self.injections
+            + (self.gap + self.hold + per_injection) * self.injections(fault)
             + self.cooldown
     }
 }
@@ -252,19 +269,21 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
             "no cells to run: the --workload/--fault/--strategy filters exclude everything"
         );
     }
-    let runnable = cells
+    let runnable: Vec<Fault> = cells
         .iter()
         .filter(|(_, f, s)| applicability(*f, *s, ctx.user_redis.is_some()).is_none())
-        .count();
-    let estimate = ctx.timing.estimate() * runnable as u32;
+        .map(|c| c.1)
+        .collect();
+    let estimate: Duration = runnable.iter().map(|f| ctx.timing.estimate(*f)).sum();
     eprintln!(
-        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell; {}.",
+        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover); {}.",
         cells.len(),
-        runnable,
-        cells.len() - runnable,
+        runnable.len(),
+        cells.len() - runnable.len(),
         ctx.workers,
         args.ttl_ms,
         ctx.timing.injections,
+        ctx.timing.slow_injections,
         human(estimate)
     );
     let bar = if std::io::stderr().is_terminal() {
@@ -440,17 +459,23 @@ fn command_line(args: &VerifyArgs) -> String {
 #[derive(Debug)]
 pub(crate) struct Cell<'a> {
     pub(crate) ctx: &'a RunContext,
-    spec: WorkerSpec<'a>,
+    pub(crate) spec: WorkerSpec<'a>,
     pub(crate) log: Arc<Log>,
     pub(crate) workers: Vec<WorkerProc>,
-    pub(crate) redis: Option<RedisSetup>,
-    notes: Vec<String>,
+    pub(crate) redis: Option<Servers>,
+    pub(crate) notes: Vec<String>,
     /// When the replication link was last cut and the last failover began (ms, this machine's
     /// clock), for the stall evidence.
     pub(crate) replication_cut_ms: Option<i64>,
     pub(crate) failover_ms: Option<i64>,
     /// The first lock seen held with no expiry.
     stuck_lock: Option<StuckLock>,
+    /// Faults injected so far in this cell (the Redlock faults take turns among the masters).
+    pub(crate) injected: u32,
+    /// Redlock master faults that found the target's lease on fewer than all three masters.
+    pub(crate) bare_majorities: u32,
+    /// Targets let go because their lease stood on a bare majority (see `Cell::suits`).
+    passed_over: u32,
 }
 
 /// A lock the harness saw held with no expiry.
@@ -467,8 +492,12 @@ struct StuckLock {
 impl Cell<'_> {
     /// Starts a worker process for `slot`, continuing at operation `start_op`.
     pub(crate) async fn spawn(&self, slot: u32, start_op: u64) -> anyhow::Result<WorkerProc> {
-        let url = self.redis.as_ref().map(|r| r.url(slot));
-        spawn_worker(self.ctx, &self.log, self.spec, slot, url, start_op).await
+        let urls = self
+            .redis
+            .as_ref()
+            .map(|r| r.urls(slot))
+            .unwrap_or_default();
+        spawn_worker(self.ctx, &self.log, self.spec, slot, urls, start_op).await
     }
 
     /// Looks for a lock that will never expire and remembers the first sighting (`where_`, the
@@ -613,7 +642,7 @@ async fn run_cell_inner(
         key,
     } = spec;
     resource.setup(workload, strategy).await?;
-    if strategy == Strategy::LeaseFence {
+    if strategy.fenced() {
         let fenced = super::resource::Fenced::connect(&ctx.database, prefix, key).await?;
         fenced.migrate().await?;
         fenced.close().await;
@@ -624,7 +653,7 @@ async fn run_cell_inner(
         guards.close().await;
     }
     let redis = if strategy.uses_redis() {
-        Some(RedisSetup::start(ctx, fault).await?)
+        Some(Servers::start(ctx, fault, strategy).await?)
     } else {
         None
     };
@@ -638,6 +667,9 @@ async fn run_cell_inner(
         replication_cut_ms: None,
         failover_ms: None,
         stuck_lock: None,
+        injected: 0,
+        bare_majorities: 0,
+        passed_over: 0,
     };
     let t = ctx.timing;
     let cell_start = now_ms();
@@ -675,7 +707,8 @@ async fn run_cell_inner(
 
     let mut windows = Vec::new();
     let mut injected = 0u64;
-    for round in 1..=t.injections {
+    let injections = t.injections(fault);
+    for round in 1..=injections {
         if round > 1 {
             tokio::time::sleep(t.gap).await;
         }
@@ -684,14 +717,25 @@ async fn run_cell_inner(
             continue;
         }
         cell.arm(fault).await?;
-        let Some(slot) = cell.choose_target().await else {
+        let mut target = cell.choose_target().await;
+        for _ in 0..10 {
+            match target {
+                Some(slot) if !cell.suits(fault, slot).await => {
+                    cell.workers[slot as usize].send("go").await;
+                    cell.passed_over += 1;
+                    target = cell.choose_target().await;
+                }
+                _ => break,
+            }
+        }
+        let Some(slot) = target else {
+            cell.disarm(fault);
             cell.notes.push(format!(
                 "injection {round} not done: no worker reached a write in its critical section"
             ));
             if cell.check_lock(&format!("before injection {round}")).await {
                 cell.notes.push(format!(
-                    "injections {round}-{} not done: nobody can take the lock",
-                    t.injections
+                    "injections {round}-{injections} not done: nobody can take the lock"
                 ));
                 break;
             }
@@ -702,6 +746,7 @@ async fn run_cell_inner(
             cell.workers[slot as usize].send("go").await;
         }
         injected += 1;
+        cell.injected += 1;
         windows.push(report::FaultWindow {
             slot,
             start_ms: start,
@@ -814,6 +859,18 @@ async fn run_cell_inner(
     let mut notes = Vec::new();
     notes.extend(cell.stuck_lock_note());
     notes.append(&mut cell.notes);
+    if cell.passed_over > 0 {
+        notes.push(format!(
+            "{} holders let go untouched: their lease stood on a bare majority of the masters, and this fault is aimed at a lease held on all three",
+            cell.passed_over
+        ));
+    }
+    if cell.bare_majorities > 0 {
+        notes.push(format!(
+            "{} of {injected} injections found the lease held on only 2 of the 3 masters (losing one of a bare majority loses the lease)",
+            cell.bare_majorities
+        ));
+    }
     if !stall_spans.is_empty() {
         notes.push(format!(
             "{} lock waits gave up after {} ms ({no_expiry_stalls} of them found the lock held with no expiry)",
@@ -865,32 +922,52 @@ async fn run_cell_inner(
 mod tests {
     use super::*;
 
+    fn runnable(cells: &[(Workload, Fault, Strategy)]) -> Vec<(Workload, Fault, Strategy)> {
+        cells
+            .iter()
+            .copied()
+            .filter(|(_, f, s)| applicability(*f, *s, false).is_none())
+            .collect()
+    }
+
     #[test]
-    fn quick_plan_covers_pause_everywhere_and_every_fault_on_the_counter() {
+    fn quick_plan_covers_pause_everywhere_and_every_fault_and_strategy_on_the_counter() {
         use clap::ValueEnum as _;
         let args = VerifyArgs {
             quick: true,
             ..VerifyArgs::default()
         };
         let cells = plan(&args);
-        assert_eq!(cells.iter().filter(|c| c.1 == Fault::Pause).count(), 25);
+        assert_eq!(
+            cells.iter().filter(|c| c.1 == Fault::Pause).count(),
+            Workload::value_variants().len() * Strategy::value_variants().len()
+        );
         assert!(cells
             .iter()
             .all(|c| c.1 == Fault::Pause || c.0 == Workload::Counter));
         assert!(!cells.iter().any(|c| c.1 == Fault::None));
+        let ran = runnable(&cells);
         for f in Fault::value_variants()
             .iter()
             .filter(|f| **f != Fault::None)
         {
             assert!(
-                cells.iter().any(|c| c.1 == *f && c.0 == Workload::Counter),
+                ran.iter().any(|c| c.1 == *f && c.0 == Workload::Counter),
                 "{f} is missing from the quick run"
             );
         }
+        for s in Strategy::value_variants() {
+            assert!(
+                ran.iter().any(|c| c.2 == *s && c.1 == Fault::Pause),
+                "{s} is missing from the quick run"
+            );
+        }
+        assert_eq!(Timing::new(&args).injections(Fault::Pause), 1);
+        assert_eq!(Timing::new(&args).injections(Fault::ClusterFailover), 1);
     }
 
     #[test]
-    fn full_plan_is_every_cell_with_seven_injections() {
+    fn full_plan_is_every_cell_with_five_injections_and_two_per_slow_failover() {
         use clap::ValueEnum as _;
         let args = VerifyArgs::default();
         let cells = plan(&args);
@@ -900,7 +977,21 @@ mod tests {
                 * Fault::value_variants().len()
                 * Strategy::value_variants().len()
         );
-        assert_eq!(Timing::new(&args).injections, 7);
+        let t = Timing::new(&args);
+        assert_eq!(t.injections(Fault::Pause), 5);
+        assert_eq!(t.injections(Fault::SentinelFailover), 2);
+        assert_eq!(t.injections(Fault::ClusterFailover), 2);
+        // Enough faults for the claim the docs make (at least 1,000 injected), if every injection
+        // finds a target.
+        let planned: u32 = runnable(&cells)
+            .iter()
+            .filter(|c| c.1 != Fault::None)
+            .map(|c| t.injections(c.1))
+            .sum();
+        assert!(planned >= 1_200, "{planned} injections planned");
+        // And the announced estimate stays inside half an hour.
+        let estimate: Duration = runnable(&cells).iter().map(|c| t.estimate(c.1)).sum();
+        assert!(estimate < Duration::from_secs(30 * 60), "{estimate:?}");
     }
 
     #[test]
@@ -914,13 +1005,71 @@ mod tests {
                 needs.redis.then_some(CellStatus::NotApplicable),
                 "{f}"
             );
-            if needs.own_redis {
-                assert_eq!(
-                    applicability(*f, Strategy::Naive, true).map(|n| n.0),
-                    Some(CellStatus::Skipped),
-                    "{f}"
-                );
+            for s in [Strategy::Lease, Strategy::Redlock] {
+                if needs.own_redis && applicability(*f, s, false).is_none() {
+                    assert_eq!(
+                        applicability(*f, s, true).map(|n| n.0),
+                        Some(CellStatus::Skipped),
+                        "{f} {s}"
+                    );
+                }
             }
+        }
+        // Redlock needs three masters of its own whatever the fault.
+        assert_eq!(
+            applicability(Fault::Pause, Strategy::RedlockFence, true).map(|n| n.0),
+            Some(CellStatus::Skipped)
+        );
+    }
+
+    #[test]
+    fn each_fault_applies_to_the_deployments_it_is_defined_on() {
+        let na = |f, s| applicability(f, s, false).map(|n| n.0) == Some(CellStatus::NotApplicable);
+        for f in [Fault::RedisRestart, Fault::Failover] {
+            assert!(
+                na(f, Strategy::Redlock) && na(f, Strategy::RedlockFence),
+                "{f}"
+            );
+            assert!(!na(f, Strategy::Naive), "{f}");
+        }
+        for f in [Fault::NodeKill, Fault::NodeRestart] {
+            for s in [
+                Strategy::Naive,
+                Strategy::TtlDel,
+                Strategy::Lease,
+                Strategy::LeaseFence,
+            ] {
+                assert!(na(f, s), "{f} {s}");
+            }
+            assert!(
+                !na(f, Strategy::Redlock) && !na(f, Strategy::RedlockFence),
+                "{f}"
+            );
+        }
+        for f in [Fault::SentinelFailover, Fault::ClusterFailover] {
+            for s in [
+                Strategy::Naive,
+                Strategy::TtlDel,
+                Strategy::Redlock,
+                Strategy::RedlockFence,
+                Strategy::DbGuards,
+            ] {
+                assert!(na(f, s), "{f} {s}");
+            }
+            assert!(
+                !na(f, Strategy::Lease) && !na(f, Strategy::LeaseFence),
+                "{f}"
+            );
+        }
+        for f in [
+            Fault::Pause,
+            Fault::Kill,
+            Fault::NetDelay,
+            Fault::NetCut,
+            Fault::NetBlackhole,
+            Fault::ClockJump,
+        ] {
+            assert!(!na(f, Strategy::Redlock) && !na(f, Strategy::Lease), "{f}");
         }
     }
 }

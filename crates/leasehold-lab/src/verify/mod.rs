@@ -2,9 +2,10 @@
 //! the history the resource recorded.
 //!
 //! Promise: every cell (workload × fault × strategy) runs real worker processes against a real Redis
-//! and a real SQL database, injects the fault for real (SIGSTOP, SIGKILL, a Redis restart, a
-//! failover, a proxy that delays, cuts or swallows the traffic, a jump of the Redis server's wall
-//! clock), several times per cell, and counts invariant violations from what the database accepted,
+//! (one server, Redlock's three masters, a Sentinel set or a Cluster) and a real SQL database,
+//! injects the fault for real (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays,
+//! cuts or swallows the traffic, a jump of a Redis server's wall clock, a Redlock master killed or
+//! restarted, a Sentinel or Cluster failover that loses the lock's write), several times per cell, and counts invariant violations from what the database accepted,
 //! and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations shows the
 //! bug did not happen in this run, not that it cannot; only the strategies documented as safe by
 //! design are expected to stay at 0 always.
@@ -68,8 +69,22 @@ pub enum Fault {
     /// The network between one holder and Redis swallows everything for longer than the lease:
     /// connections stay open and silent, then resume.
     NetBlackhole,
-    /// The Redis server's wall clock jumps forward past the lease TTL while the lease is held.
+    /// The Redis server's wall clock jumps forward past the lease TTL while the lease is held. On
+    /// Redlock, the schedule of the Redlock debate: the holder's lease on a bare majority (its link
+    /// to the third master cut during its acquire), one master of that majority jumps, and a second
+    /// client reaches a majority through it.
     ClockJump,
+    /// Redlock: one of the three masters is killed while the lease is held, stays down for the fault
+    /// window, and comes back empty.
+    NodeKill,
+    /// Redlock: one of the three masters is restarted empty while the lease is held.
+    NodeRestart,
+    /// A primary managed by three Redis Sentinels: its replica link cut (the lock's write never
+    /// reaches the replica), then the primary killed and the replica promoted by the sentinels.
+    SentinelFailover,
+    /// A Redis Cluster: the replica link of the master owning the lease's slot cut, then that master
+    /// killed and its replica promoted by the cluster.
+    ClusterFailover,
 }
 
 /// How the workers coordinate.
@@ -84,6 +99,11 @@ pub enum Strategy {
     Lease,
     /// A leasehold lease whose fence the resource checks in the same transaction as each write.
     LeaseFence,
+    /// A leasehold Redlock lease over three independent masters; the fence is ignored.
+    Redlock,
+    /// A leasehold Redlock lease whose fence the resource checks in the same transaction as each
+    /// write, as `lease-fence` does.
+    RedlockFence,
     /// No lock: unique index, conditional update, state check, inbox.
     DbGuards,
 }
@@ -91,7 +111,23 @@ pub enum Strategy {
 impl Strategy {
     /// Whether leasehold documents this strategy as keeping the data correct under every fault here.
     pub fn safe_by_design(self) -> bool {
-        matches!(self, Self::LeaseFence | Self::DbGuards)
+        matches!(self, Self::LeaseFence | Self::RedlockFence | Self::DbGuards)
+    }
+
+    /// Whether the resource checks the lease's fence with each write.
+    pub fn fenced(self) -> bool {
+        matches!(self, Self::LeaseFence | Self::RedlockFence)
+    }
+
+    /// Whether the lock is a Redlock lease over three masters (else one server, or none).
+    pub fn redlock(self) -> bool {
+        matches!(self, Self::Redlock | Self::RedlockFence)
+    }
+
+    /// Whether the lock is a leasehold lease on one Redis deployment, which is what speaks Sentinel
+    /// and Cluster URLs (the hand-made locks speak to one `redis://` server only).
+    pub fn single_lease(self) -> bool {
+        matches!(self, Self::Lease | Self::LeaseFence)
     }
 
     /// Whether the strategy talks to Redis at all.
@@ -118,7 +154,8 @@ display_as_value_enum!(Workload, Fault, Strategy);
 pub struct VerifyArgs {
     /// A short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload
     /// under the pause fault, and every fault on the counter workload, one injection per cell.
-    /// Without it, every cell of the matrix with 7 injections each (15-20 minutes on 2 cores).
+    /// Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster
+    /// failovers, which take seconds each; about 21 minutes on 2 cores).
     #[arg(long)]
     pub quick: bool,
     /// Write the cells as a JSON array to this file.
@@ -150,7 +187,8 @@ pub struct VerifyArgs {
     /// Lease time-to-live in milliseconds (the faults last about three times this).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub ttl_ms: u64,
-    /// Fault injections per cell (default: 1 with --quick, 7 otherwise).
+    /// Fault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and
+    /// Cluster failovers).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub injections: Option<u32>,
     /// The executable to spawn workers from (default: this program). For tests.
@@ -186,9 +224,10 @@ pub struct WorkerArgs {
     /// The workload.
     #[arg(long)]
     pub workload: Workload,
-    /// Redis URL (through the harness's proxy); not needed for db-guards.
+    /// Redis URL (through the harness's proxy); not needed for db-guards. Repeated, one per master,
+    /// for Redlock.
     #[arg(long)]
-    pub redis: Option<String>,
+    pub redis: Vec<String>,
     /// Database URL.
     #[arg(long)]
     pub database: String,

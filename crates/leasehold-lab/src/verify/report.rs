@@ -444,7 +444,7 @@ code{background:#f3f3f3;padding:1px 4px}
             failed.len()
         );
     }
-    p.push_str("<p>Each number is the invariant violations counted from what the database accepted (its history table), not from what the workers claimed. Green: 0. Red: the strategy let bad data in. Orange, <i>+ stalled</i>: the lock stopped being free for anyone (a lock wait gave up, or the lock was held with no expiry), a liveness failure counted apart from the data. <b>safe</b> marks the strategies leasehold documents as safe by design (lease + fence at the resource, database guards).</p>");
+    p.push_str("<p>Each number is the invariant violations counted from what the database accepted (its history table), not from what the workers claimed. Green: 0. Red: the strategy let bad data in. Orange, <i>+ stalled</i>: the lock stopped being free for anyone (a lock wait gave up, or the lock was held with no expiry), a liveness failure counted apart from the data. <b>safe</b> marks the strategies leasehold documents as safe by design (a lease or a Redlock lease whose fence the resource checks, database guards).</p>");
 
     let faults: Vec<Fault> = Fault::value_variants()
         .iter()

@@ -1,8 +1,12 @@
-//! What one cell runs on: its Redis (private servers, or the user's) behind one proxy per worker
-//! slot, its worker processes, and the log of what they said.
+//! What one cell runs on: its Redis (one private server or the user's, Redlock's three masters, a
+//! Sentinel set or a Cluster), its worker processes, and the log of what they said.
 //!
-//! Limit: the lock key is looked at from outside (`GET`, `PTTL`), which is how the harness tells a
-//! lock that will never expire from one that is merely held; it cannot see a lock's history.
+//! One server and Redlock's masters are reached through one proxy per worker slot (per master), so
+//! a network fault can hit one worker's link. Limit: the Sentinel set and the Cluster are reached
+//! directly (their clients learn the nodes' real addresses from the sentinels or the cluster, which a
+//! proxy in front cannot rewrite); their faults act on the servers, not on one worker's link. The
+//! lock key is looked at from outside (`GET`, `PTTL`), which is how the harness tells a lock that
+//! will never expire from one that is merely held; it cannot see a lock's history.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -14,8 +18,9 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 
-use leasehold_testkit::{Proxy, RedisServer};
+use leasehold_testkit::{Proxy, RedisCluster, RedisServer, SentinelSet};
 
+use super::faults::Deployment;
 use super::harness::RunContext;
 use super::worker::{now_ms, Event};
 use super::{Fault, Strategy, Workload};
@@ -39,6 +44,168 @@ pub(crate) fn split_redis_url(url: &str) -> anyhow::Result<(String, String, Stri
         format!("{hostport}:6379")
     };
     Ok((format!("{scheme}://{auth}"), hostport, tail.to_owned()))
+}
+
+/// The Redis deployment of one cell.
+#[derive(Debug)]
+pub(crate) enum Servers {
+    /// One server (or the user's), behind one proxy per worker slot.
+    One(Box<RedisSetup>),
+    /// Redlock's three independent masters, each behind one proxy per worker slot.
+    Redlock(RedlockSetup),
+    /// A primary and its replica under three sentinels, reached directly.
+    Sentinel(SentinelSetup),
+    /// A Redis Cluster (three masters, a replica each), reached directly.
+    Cluster(ClusterSetup),
+}
+
+impl Servers {
+    /// Starts what `strategy` under `fault` runs on.
+    pub(crate) async fn start(
+        ctx: &RunContext,
+        fault: Fault,
+        strategy: Strategy,
+    ) -> anyhow::Result<Self> {
+        let needs = fault.needs();
+        if strategy.redlock() {
+            return Ok(Self::Redlock(
+                RedlockSetup::start(ctx, needs.fake_clock).await?,
+            ));
+        }
+        Ok(match needs.deployment {
+            Deployment::Standalone => Self::One(Box::new(RedisSetup::start(ctx, fault).await?)),
+            Deployment::Sentinel => Self::Sentinel(SentinelSetup {
+                set: tokio::task::spawn_blocking(SentinelSet::start).await??,
+                failing: None,
+                down: None,
+            }),
+            Deployment::Cluster => Self::Cluster(ClusterSetup {
+                cluster: tokio::task::spawn_blocking(RedisCluster::start).await??,
+                isolated: None,
+                down: None,
+            }),
+        })
+    }
+
+    /// The URLs worker `slot` connects with (one per master for Redlock).
+    pub(crate) fn urls(&self, slot: u32) -> Vec<String> {
+        match self {
+            Self::One(r) => vec![r.url(slot)],
+            Self::Redlock(r) => r.links[slot as usize]
+                .iter()
+                .map(|p| format!("redis://{}/", p.addr()))
+                .collect(),
+            Self::Sentinel(s) => vec![s.set.sentinel_url()],
+            Self::Cluster(c) => vec![c.cluster.seed_url()],
+        }
+    }
+
+    /// The token of a lock in `lock_key` that will never expire (see
+    /// [`RedisSetup::lock_without_expiry`]). Only the hand-made locks can leave one, and they run
+    /// on one server only: leases always carry their TTL in the same script that takes them.
+    pub(crate) async fn lock_without_expiry(&self, lock_key: &str) -> Option<String> {
+        match self {
+            Self::One(r) => r.lock_without_expiry(lock_key).await,
+            _ => None,
+        }
+    }
+}
+
+/// Redlock's three masters for one cell.
+#[derive(Debug)]
+pub(crate) struct RedlockSetup {
+    /// The masters. Master [`JUMPING_MASTER`] runs under a fake wall clock in a clock-jump cell.
+    pub(crate) masters: Vec<RedisServer>,
+    /// `links[slot][m]`: worker `slot`'s way to master `m`, so that a fault can cut one worker off
+    /// one master (the bare majority of the clock-jump schedule) or off all three.
+    pub(crate) links: Vec<Vec<Proxy>>,
+}
+
+/// The master whose clock jumps in a Redlock clock-jump cell.
+pub(crate) const JUMPING_MASTER: usize = 1;
+/// The master the holder is cut off from during its acquire in a Redlock clock-jump cell, so that
+/// it holds the lease on the bare majority {0, [`JUMPING_MASTER`]}.
+pub(crate) const CUT_MASTER: usize = 2;
+
+impl RedlockSetup {
+    async fn start(ctx: &RunContext, fake_clock: bool) -> anyhow::Result<Self> {
+        let mut masters = Vec::new();
+        for m in 0..3 {
+            let jumping = fake_clock && m == JUMPING_MASTER;
+            masters.push(
+                tokio::task::spawn_blocking(move || {
+                    let b = server_builder();
+                    if jumping {
+                        b.fake_clock().start()
+                    } else {
+                        b.start()
+                    }
+                })
+                .await??,
+            );
+        }
+        let mut links = Vec::new();
+        for _ in 0..ctx.workers {
+            let mut of_slot = Vec::new();
+            for m in &masters {
+                of_slot.push(Proxy::start(([127, 0, 0, 1], m.port()).into()).await?);
+            }
+            links.push(of_slot);
+        }
+        Ok(Self { masters, links })
+    }
+
+    /// On how many masters the lock in `lock_key` holds the token most of them hold (the holder's,
+    /// when one holds a majority), looked at directly; a master that does not answer counts as not
+    /// holding it.
+    pub(crate) async fn held_on(&self, lock_key: &str) -> usize {
+        let mut seen: Vec<String> = Vec::new();
+        for m in &self.masters {
+            let look = async {
+                let client = redis::Client::open(m.url()).ok()?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(Duration::from_millis(300)))
+                    .set_response_timeout(Some(Duration::from_millis(300)));
+                let mut con = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .ok()?;
+                redis::cmd("GET")
+                    .arg(lock_key)
+                    .query_async::<Option<String>>(&mut con)
+                    .await
+                    .ok()?
+            };
+            if let Some(token) = look.await {
+                seen.push(token);
+            }
+        }
+        seen.iter()
+            .map(|t| seen.iter().filter(|u| *u == t).count())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A Sentinel-managed primary for one cell, and where its lossy failover stands.
+#[derive(Debug)]
+pub(crate) struct SentinelSetup {
+    pub(crate) set: SentinelSet,
+    /// The primary whose replica was isolated by the last arming, to be killed by the injection.
+    pub(crate) failing: Option<usize>,
+    /// The node killed by the last failover, to be restarted as a replica before the next one.
+    pub(crate) down: Option<usize>,
+}
+
+/// A Redis Cluster for one cell, and where its lossy failover stands.
+#[derive(Debug)]
+pub(crate) struct ClusterSetup {
+    pub(crate) cluster: RedisCluster,
+    /// (master, replica) of the lease's slot, the replica paused and its link closed by the last
+    /// arming.
+    pub(crate) isolated: Option<(usize, usize)>,
+    /// The node killed by the last failover, to be restarted (it rejoins as a replica).
+    pub(crate) down: Option<usize>,
 }
 
 /// Redis for one cell: the server(s) and one proxy per worker slot.
@@ -415,7 +582,7 @@ pub(crate) async fn spawn_worker(
     log: &Arc<Log>,
     spec: WorkerSpec<'_>,
     slot: u32,
-    redis_url: Option<String>,
+    redis_urls: Vec<String>,
     start_op: u64,
 ) -> anyhow::Result<WorkerProc> {
     let mut cmd = Command::new(&ctx.exe);
@@ -436,7 +603,7 @@ pub(crate) async fn spawn_worker(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    if let Some(url) = redis_url {
+    for url in redis_urls {
         cmd.args(["--redis", &url]);
     }
     let mut child = cmd

@@ -117,7 +117,7 @@ const LEASE_NAME: &str = "resource";
 pub(crate) fn lock_key(strategy: Strategy, key: &str) -> Option<String> {
     match strategy {
         Strategy::Naive | Strategy::TtlDel => Some(format!("{key}:lock")),
-        Strategy::Lease | Strategy::LeaseFence => {
+        Strategy::Lease | Strategy::LeaseFence | Strategy::Redlock | Strategy::RedlockFence => {
             LeaseKeys::new(key, LEASE_NAME).ok().map(|k| k.lock)
         }
         Strategy::DbGuards => None,
@@ -175,12 +175,9 @@ impl Locker {
     async fn new(args: &WorkerArgs) -> anyhow::Result<Self> {
         let ttl = Duration::from_millis(args.ttl_ms);
         let redis = || async {
-            let url = args
-                .redis
-                .as_deref()
-                .context("this strategy needs --redis")?;
-            let client =
-                redis::Client::open(url).with_context(|| format!("bad Redis URL {url:?}"))?;
+            let url = args.redis.first().context("this strategy needs --redis")?;
+            let client = redis::Client::open(url.as_str())
+                .with_context(|| format!("bad Redis URL {url:?}"))?;
             let config = ConnectionManagerConfig::new()
                 .set_response_timeout(Some(Duration::from_millis(500)))
                 .set_connection_timeout(Some(Duration::from_millis(500)))
@@ -203,12 +200,29 @@ impl Locker {
                 ttl,
             },
             Strategy::Lease | Strategy::LeaseFence => {
-                let url = args
-                    .redis
-                    .as_deref()
-                    .context("this strategy needs --redis")?;
-                let client = LeaseClient::builder(url)
+                let url = args.redis.first().context("this strategy needs --redis")?;
+                let client = LeaseClient::builder(url.as_str())
                     .key_prefix(args.key.clone())
+                    .connect()
+                    .await?;
+                Self::Lease {
+                    client,
+                    name: LEASE_NAME.to_owned(),
+                    opts: LeaseOptions::with_ttl(ttl)?,
+                }
+            }
+            Strategy::Redlock | Strategy::RedlockFence => {
+                anyhow::ensure!(
+                    args.redis.len() == 3,
+                    "Redlock needs --redis three times, one per master"
+                );
+                // Each master's reply is bounded well inside the lease, so a master that is down
+                // or cut off costs an attempt little, as the published algorithm asks.
+                let bound = (ttl / 2).max(Duration::from_millis(25));
+                let client = LeaseClient::redlock(args.redis.iter().cloned())
+                    .key_prefix(args.key.clone())
+                    .response_timeout(bound)
+                    .connect_timeout(bound)
                     .connect()
                     .await?;
                 Self::Lease {
@@ -358,11 +372,10 @@ struct Writers {
 /// Runs the worker until `stop` arrives on stdin (or stdin closes).
 pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let resource = Resource::connect(&args.database, &args.prefix, 2).await?;
-    let fenced = match args.strategy {
-        Strategy::LeaseFence => {
-            Some(Fenced::connect(&args.database, &args.prefix, &args.key).await?)
-        }
-        _ => None,
+    let fenced = if args.strategy.fenced() {
+        Some(Fenced::connect(&args.database, &args.prefix, &args.key).await?)
+    } else {
+        None
     };
     let guards = match args.strategy {
         Strategy::DbGuards => Some(Guards::connect(&args.database, &args.prefix, &args.key).await?),

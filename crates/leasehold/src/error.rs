@@ -420,10 +420,10 @@ fn is_serialization_failure(e: &sqlx::Error) -> bool {
     }
 }
 
-/// A cluster slot is being migrated and the request touches keys on both sides: `TRYAGAIN`, or a
-/// script stopped at its first command (the lease scripts touch every key of the name before
-/// writing) with "Script attempted to access a non local key". Nothing was written; send it again
-/// shortly.
+/// A cluster slot is being migrated and the request touches keys on both sides: `TRYAGAIN` (the
+/// lease scripts declare a key that never exists so that this comes before they run), or a script
+/// that reached a key the node no longer holds ("Script attempted to access a non local key").
+/// Send it again shortly.
 #[cfg(feature = "redis")]
 pub(crate) fn is_slot_moving(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)

@@ -205,6 +205,57 @@ async fn a_slot_migrated_while_the_lease_is_held_keeps_renew_and_release_working
     b.release().await.unwrap();
 }
 
+/// The lock still on the migrating node, the fence already moved: a release must not delete the lock
+/// and then stop at the next key the node no longer holds (it would come back "not ours" once the
+/// slot moved, the lease released by nobody's account). Declaring the name's never-existing key makes
+/// the node refuse the script whole until the slot has moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_its_slot_moves_is_done_whole_once_the_slot_has_moved() {
+    let cluster = start();
+    let c = LeaseClient::builder(cluster.seed_url())
+        .response_timeout(ms(4_000))
+        .connect_timeout(ms(1_000))
+        .connect()
+        .await
+        .unwrap();
+    let opts = LeaseOptions::builder().ttl(ms(10_000)).build().unwrap();
+    let a = c.try_acquire("halfway", &opts).await.unwrap();
+    let first = a.fence();
+    let keys = c.keys("halfway").unwrap();
+    let slot = key_slot(&keys.lock);
+    let from = cluster.master_of_slot(slot).unwrap();
+    let to = cluster
+        .masters()
+        .unwrap()
+        .into_iter()
+        .find(|&m| m != from)
+        .unwrap();
+    let m = blocking(|| {
+        let m = cluster.begin_slot_migration(slot, to).unwrap();
+        cluster.move_keys(&m, &[keys.fence.as_bytes()]).unwrap();
+        m
+    });
+    let releasing = tokio::spawn(async move { a.release().await });
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        !releasing.is_finished(),
+        "no release while the slot is split"
+    );
+    blocking(|| cluster.finish_slot_migration(m).unwrap());
+    releasing
+        .await
+        .unwrap()
+        .expect("released whole once the slot moved, not reported lost");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&keys.lock)
+        .query(&mut raw(&cluster, to))
+        .unwrap();
+    assert_eq!(exists, 0, "the lock is gone");
+    let b = c.try_acquire("halfway", &opts).await.unwrap();
+    assert!(b.fence() > first);
+    b.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_with_the_write_replicated_keeps_the_lease_and_without_loses_it() {
     let mut cluster = start();

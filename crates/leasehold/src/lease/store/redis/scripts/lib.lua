@@ -19,13 +19,11 @@ local permits_key = base .. 'permits'
 local holders_key = base .. 'holders'
 local held_key = base .. 'held'
 
--- In a Redis Cluster slot that is being migrated, a script that touches a key the node does not hold
--- fails at that command, keeping the writes it made before: half a release, half a hand-over. So
--- every script first touches every key of the name at once, plus one that never exists: while the
--- slot moves this fails (some key is always missing) before anything is written, the client waits
--- and sends the script again (`TRYAGAIN` semantics), and outside a migration it costs one lookup.
-redis.call('EXISTS', lock_key, fence_key, queue_key, waiters_key, gone_key, released_key, forced_key,
-  permits_key, holders_key, held_key, base .. 'never')
+-- KEYS[2], when given, is `{prefix:name}:never`, a key that never exists. It is there for Redis
+-- Cluster: while the name's slot is being migrated, a script that reached a key the node no longer
+-- holds would fail at that command and keep what it wrote before it (half a release). Declared, the
+-- missing key makes the node refuse the whole script up front (`TRYAGAIN`), and the client sends it
+-- again once the slot has moved. Outside a migration it costs nothing.
 
 local function wake_key(token)
   return base .. 'wake:' .. token

@@ -230,6 +230,7 @@ pub(crate) fn acquire(
         ACQUIRE.prepare_invoke()
     };
     inv.key(lock_key)
+        .key(never_key(lock_key))
         .arg(token)
         .arg(ms(ask.ttl))
         .arg(ms_or_zero(block))
@@ -258,6 +259,7 @@ pub(crate) fn release(
         RELEASE.prepare_invoke()
     };
     inv.key(lock_key)
+        .key(never_key(lock_key))
         .arg(token)
         .arg(ms(t.released_memory))
         .arg(ms(t.wake_linger))
@@ -270,6 +272,7 @@ pub(crate) fn release(
 pub(crate) fn abandon(lock_key: &str, token: &str, t: &Tuning) -> ScriptInvocation<'static> {
     let mut inv = ABANDON.prepare_invoke();
     inv.key(lock_key)
+        .key(never_key(lock_key))
         .arg(token)
         .arg(ms(t.given_up_memory))
         .arg(ms(t.released_memory))
@@ -291,7 +294,12 @@ pub(crate) fn renew(
     } else {
         RENEW.prepare_invoke()
     };
-    inv.key(lock_key).arg(token).arg(ms(ttl));
+    inv.key(lock_key);
+    if permits > 1 {
+        // sem_renew.lua touches the semaphore's holder keys too (renew.lua only the lock).
+        inv.key(never_key(lock_key));
+    }
+    inv.arg(token).arg(ms(ttl));
     inv
 }
 
@@ -306,12 +314,20 @@ pub(crate) fn force_release(
 ) -> ScriptInvocation<'static> {
     let mut inv = FORCE_RELEASE.prepare_invoke();
     inv.key(lock_key)
+        .key(never_key(lock_key))
         .arg(op)
         .arg(ms(t.released_memory))
         .arg(ms(t.wake_linger))
         .arg(ms(t.retention))
         .arg(holder.unwrap_or(""));
     inv
+}
+
+/// The name's key that never exists, declared as `KEYS[2]` by every script that touches more than the
+/// lock, so that Redis Cluster refuses the script whole (`TRYAGAIN`) while the name's slot is being
+/// migrated instead of letting it stop half-way (lib.lua).
+fn never_key(lock_key: &str) -> String {
+    format!("{}never", lock_key.strip_suffix("lock").unwrap_or(lock_key))
 }
 
 /// Sends one prepared script call (EVALSHA, reloaded once on NOSCRIPT).

@@ -95,6 +95,59 @@ async fn waiters_of_different_clients_are_served_first_come_first_served() {
     assert_eq!(queue_len(&etcd, "fifo"), 0, "the queue is empty at the end");
 }
 
+/// Every key of `name` (its fence record and its queue), as etcd itself says.
+fn keys_of(etcd: &EtcdCluster, name: &str) -> Vec<String> {
+    let out = tokio::task::block_in_place(|| {
+        etcd.etcdctl(&[
+            "get",
+            "--prefix",
+            "--keys-only",
+            &format!("leasehold/{{{name}}}"),
+        ])
+    })
+    .expect("etcdctl get");
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A name no longer used leaves nothing behind: its fence record rides on a lease of the writing
+/// client that lapses the retention after the last write (here 1 s, the lease 2 s). The fence, the
+/// cluster's revision, keeps growing when the name is used again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_name_leaves_nothing_after_the_retention_and_its_fences_still_grow() {
+    let etcd = start(1).await;
+    let c = LeaseClient::builder(etcd.url())
+        .response_timeout(ms(1_000))
+        .connect_timeout(ms(1_000))
+        .retention(ms(1_000))
+        .connect()
+        .await
+        .unwrap();
+    let mut last = None;
+    for name in ["idle-a", "idle-b"] {
+        let lease = c.try_acquire(name, &opts(5_000)).await.unwrap();
+        assert!(last.is_none_or(|f| lease.fence() > f));
+        last = Some(lease.fence());
+        lease.release().await.unwrap();
+        assert_eq!(keys_of(&etcd, name), vec![format!("leasehold/{{{name}}}")]);
+    }
+    assert!(
+        eventually(ms(6_000), async || keys_of(&etcd, "idle-a").is_empty()
+            && keys_of(&etcd, "idle-b").is_empty())
+        .await,
+        "the records are still there: {:?}",
+        keys_of(&etcd, "idle-a")
+    );
+    let again = c.try_acquire("idle-a", &opts(5_000)).await.unwrap();
+    assert!(
+        again.fence() > last.unwrap(),
+        "fences grow after the record went"
+    );
+    again.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_try_leaves_no_key_and_waiters_that_give_up_leave_the_queue() {
     let etcd = start(1).await;

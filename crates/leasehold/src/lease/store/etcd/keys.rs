@@ -3,8 +3,9 @@
 //! Layout under the client's prefix `P`, for the name `N`:
 //! * `P/{N}/<token>`: one key per contender (the holder and every waiter), attached to the
 //!   contender's own etcd lease; the holder is the one with the lowest create revision.
-//! * `P/{N}`: the record of the last fence issued for the name (its mod revision), without a lease,
-//!   so that `status` still shows the last fence after the holder left.
+//! * `P/{N}`: the record of the last fence issued for the name (its mod revision), so that `status`
+//!   still shows the last fence after the holder left; attached to the writing client's retention
+//!   lease (`retention.rs`), so that it goes the retention after its last write.
 //!
 //! Braces are refused in names and prefixes, so `P/{N}/` is never a prefix of another name's keys
 //! (it would need a name starting with `N}/`), and one range read sees one name's queue only.

@@ -27,6 +27,7 @@ pub(crate) mod errors;
 mod keepalive;
 mod keys;
 mod members;
+mod retention;
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -47,6 +48,7 @@ use tokio::time::Instant;
 use self::keepalive::KeepAlives;
 use self::keys::EtcdKeys;
 use self::members::Members;
+use self::retention::RetentionLease;
 use super::{
     Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
 };
@@ -80,6 +82,8 @@ pub(crate) struct EtcdStore {
     /// Contenders of this client waiting in a queue, by token: what a later ask needs (their key's
     /// create revision) and what `abandon` must undo.
     queued: Arc<Mutex<HashMap<String, Queued>>>,
+    /// The etcd lease the fence records this client writes are attached to (`retention.rs`).
+    records: Arc<RetentionLease>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -208,6 +212,7 @@ impl EtcdStore {
             connect_timeout: settings.connect_timeout,
             location,
             queued: Arc::new(Mutex::new(HashMap::new())),
+            records: Arc::new(RetentionLease::new(settings.retention)),
         };
         store.probe().await?;
         tracing::debug!(url = %store.location, prefix = %store.prefix, "etcd lease store connected");
@@ -327,11 +332,39 @@ impl EtcdStore {
     }
 
     async fn txn(&self, phase: Phase, txn: Txn) -> Result<TxnResponse> {
-        self.call(phase, |mut c| {
-            let txn = txn.clone();
-            async move { c.txn(txn).await }
-        })
-        .await
+        let r = self
+            .call(phase, |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await;
+        if let Err(Error::Etcd { source, .. }) = &r {
+            if is_lease_not_found(source) {
+                // Perhaps the records' lease (a cluster restored from an older snapshot): the next
+                // write grants a new one.
+                self.records.forget().await;
+            }
+        }
+        r
+    }
+
+    /// A put of the name's fence record, attached to the current retention lease, so that the
+    /// record of a name no longer used goes after the retention.
+    async fn put_record(&self, keys: &EtcdKeys, value: &str, phase: Phase) -> Result<TxnOp> {
+        let ttl = self.records.ttl_s();
+        let lease = self
+            .records
+            .get(|| async {
+                self.call(phase, |mut c| async move { c.lease_grant(ttl, None).await })
+                    .await
+                    .map(|granted| granted.id())
+            })
+            .await?;
+        Ok(TxnOp::put(
+            keys.record.clone(),
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        ))
     }
 
     async fn get(&self, phase: Phase, key: Vec<u8>, options: GetOptions) -> Result<GetResponse> {
@@ -471,7 +504,7 @@ impl EtcdStore {
                 Compare::create_revision(keys.queue.clone(), CompareOp::Greater, q.rev - 1)
                     .with_prefix(),
             ])
-            .and_then([TxnOp::put(keys.record.clone(), token, None)])
+            .and_then([self.put_record(keys, token, phase).await?])
             .or_else([
                 TxnOp::get(q.key.clone(), Some(GetOptions::new().with_keys_only())),
                 TxnOp::get(keys.queue.clone(), Some(ahead)),
@@ -742,7 +775,7 @@ impl Store for EtcdStore {
             .when([Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix()])
             .and_then([
                 TxnOp::put(mine.clone(), "", Some(PutOptions::new().with_lease(lease))),
-                TxnOp::put(keys.record.clone(), req.token, None),
+                self.put_record(&keys, req.token, Phase::Acquire).await?,
             ]);
         let take = if enqueue {
             // Queue at the back, and read the two newest keys: ours, and the one just ahead.
@@ -935,7 +968,7 @@ impl Store for EtcdStore {
                 CompareOp::Less,
                 after + 1,
             )])
-            .and_then([TxnOp::put(keys.record.clone(), "forced", None)]);
+            .and_then([self.put_record(&keys, "forced", Phase::Release).await?]);
         let resp = self.txn(Phase::Release, advance).await?;
         let fence = if resp.succeeded() {
             revision_of(&resp, Phase::Release)?

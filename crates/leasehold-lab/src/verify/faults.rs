@@ -20,44 +20,13 @@ use nix::sys::signal::{kill, Signal};
 
 use leasehold_testkit::Proxy;
 
-use super::harness::{Cell, CellStatus};
-use super::rig::{ClusterSetup, RedisSetup, RedlockSetup, SentinelSetup, Servers};
+use super::cell::{Cell, CellStatus};
+use super::rig::{
+    ClusterSetup, Deployment, Needs, RedisSetup, RedlockSetup, SentinelSetup, Servers,
+};
 use super::rig::{CUT_MASTER, JUMPING_MASTER};
 use super::worker::{lock_key, now_ms, Event};
 use super::{Fault, Strategy};
-
-/// The Redis deployment a fault runs on, for the strategies on one Redis (Redlock strategies always
-/// run on their three masters).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum Deployment {
-    /// One server (with a replica for `failover`).
-    #[default]
-    Standalone,
-    /// A primary and a replica under three sentinels.
-    Sentinel,
-    /// A Redis Cluster of three masters with a replica each.
-    Cluster,
-}
-
-/// What a fault needs from a cell.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Needs {
-    /// It acts on the strategy's Redis: not applicable to a strategy without one.
-    pub(crate) redis: bool,
-    /// It kills, restarts or re-clocks a server: only on servers the harness runs (skipped with
-    /// `--redis`).
-    pub(crate) own_redis: bool,
-    /// A replica behind a replication link the harness can cut.
-    pub(crate) replica: bool,
-    /// The primary (for Redlock: one master) runs under a fake wall clock (libfaketime).
-    pub(crate) fake_clock: bool,
-    /// It is defined on one Redis deployment (the single-server strategies).
-    pub(crate) one_deployment: bool,
-    /// It is defined on Redlock's three masters.
-    pub(crate) redlock: bool,
-    /// What it runs on, for the single-server strategies.
-    pub(crate) deployment: Deployment,
-}
 
 impl Fault {
     /// The one table of what each fault needs.
@@ -102,14 +71,6 @@ impl Fault {
                 ..one_server
             },
         }
-    }
-}
-
-impl Fault {
-    /// Whether each injection takes seconds (a failure detected and a replica elected by sentinels
-    /// or by the cluster), so a full run does fewer of them per cell.
-    pub(crate) fn slow(self) -> bool {
-        matches!(self, Fault::SentinelFailover | Fault::ClusterFailover)
     }
 }
 

@@ -10,16 +10,19 @@
 //! bug did not happen in this run, not that it cannot; only the strategies documented as safe by
 //! design are expected to stay at 0 always.
 //!
-//! Layout: `harness.rs` runs the cells, `faults.rs` is the fault table (what each fault needs and how
-//! it is done), `rig.rs` the servers, proxies and worker processes of a cell, `worker.rs` the worker
-//! process, its locks and its line protocol, `resource.rs` the SQL resource and its history,
-//! `checker.rs` turns a history into violations, `report.rs` writes the table, the JSON and the HTML
-//! timeline.
+//! Layout, each file depending only on those listed after it: `harness.rs` drives the run (which
+//! cells, each cell from start to verdict); `report.rs` writes the table, the JSON and the HTML
+//! timeline; `faults.rs` is the fault table (what each fault needs, where it applies, how it is
+//! done); `cell.rs` a cell's data (its result, its timeline, the running cell the faults act on);
+//! `rig.rs` what a run and its cells run on (the run's context and timings, the servers, proxies
+//! and worker processes); `worker.rs` the worker process, its locks and its line protocol;
+//! `checker.rs` turns a history into violations; `resource.rs` the SQL resource and its history.
 //!
 //! Adding a fault: a [`Fault`] variant, its line in `Fault::needs` and its arm in `Cell::inject`
-//! (`faults.rs`). Adding a strategy: a [`Strategy`] variant, its answers in the `Strategy` methods
+//! (`faults.rs`; `Fault::slow` below if each injection takes seconds). Adding a strategy: a [`Strategy`] variant, its answers in the `Strategy` methods
 //! below, and its arms in the worker's `Locker` (`worker.rs`).
 
+mod cell;
 mod checker;
 mod faults;
 mod harness;
@@ -30,7 +33,7 @@ mod worker;
 
 use std::path::PathBuf;
 
-pub use harness::{CellResult, CellStatus};
+pub use cell::{CellResult, CellStatus};
 
 /// What the workers do to the resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -106,6 +109,14 @@ pub enum Strategy {
     RedlockFence,
     /// No lock: unique index, conditional update, state check, inbox.
     DbGuards,
+}
+
+impl Fault {
+    /// Whether each injection takes seconds (a failure detected and a replica elected by sentinels
+    /// or by the cluster), so a full run does fewer of them per cell.
+    pub(crate) fn slow(self) -> bool {
+        matches!(self, Fault::SentinelFailover | Fault::ClusterFailover)
+    }
 }
 
 impl Strategy {

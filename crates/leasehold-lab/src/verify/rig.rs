@@ -1,4 +1,5 @@
-//! What one cell runs on: its Redis (one private server or the user's, Redlock's three masters, a
+//! What a run and its cells run on: the run's context and timings, what a fault needs from a
+//! cell's servers, a cell's Redis (one private server or the user's, Redlock's three masters, a
 //! Sentinel set or a Cluster), its worker processes, and the log of what they said.
 //!
 //! One server and Redlock's masters are reached through one proxy per worker slot (per master), so
@@ -9,6 +10,7 @@
 //! will never expire from one that is merely held; it cannot see a lock's history.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,10 +22,117 @@ use tokio::process::{Child, ChildStdin, Command};
 
 use leasehold_testkit::{Proxy, RedisCluster, RedisServer, SentinelSet};
 
-use super::faults::Deployment;
-use super::harness::RunContext;
 use super::worker::{now_ms, Event};
-use super::{Fault, Strategy, Workload};
+use super::{Fault, Strategy, VerifyArgs, Workload};
+
+/// Timings of one cell, derived from the lease TTL. Every cell runs the same timeline: warm-up,
+/// then per injection a gap and a fault window, then a cool-down.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub(crate) ttl: Duration,
+    pub(crate) warmup: Duration,
+    pub(crate) gap: Duration,
+    /// How long a fault lasts (and how far a clock jumps): three lease TTLs, so the target's lock
+    /// has surely expired and another worker has had time to take it and write.
+    pub(crate) hold: Duration,
+    pub(crate) cooldown: Duration,
+    /// Injections per cell, and for the faults that take seconds each (a Sentinel or Cluster
+    /// failover waits for a failure to be detected and a replica elected).
+    pub(crate) injections: u32,
+    pub(crate) slow_injections: u32,
+    /// How long to wait for some worker to reach a write inside its critical section.
+    pub(crate) target_wait: Duration,
+    /// A lock wait longer than this is a stall. Far above any wait the faults cause by design
+    /// (a fault window plus a TTL plus a waiter's jitter, about 1 s at the default TTL).
+    pub(crate) stall_after: Duration,
+}
+
+impl Timing {
+    pub(crate) fn new(args: &VerifyArgs) -> Self {
+        let ttl = Duration::from_millis(args.ttl_ms);
+        Self {
+            ttl,
+            warmup: Duration::from_millis(200).max(ttl),
+            gap: Duration::from_millis(100).max(ttl / 2),
+            hold: ttl * 3,
+            cooldown: Duration::from_millis(200).max(ttl),
+            injections: args.injections.unwrap_or(if args.quick { 1 } else { 5 }),
+            slow_injections: args.injections.unwrap_or(if args.quick { 1 } else { 2 }),
+            target_wait: Duration::from_secs(2).max(ttl * 10),
+            stall_after: Duration::from_secs(5).max(ttl * 25),
+        }
+    }
+
+    /// Injections in a cell of `fault`.
+    pub(crate) fn injections(&self, fault: Fault) -> u32 {
+        if fault.slow() {
+            self.slow_injections
+        } else {
+            self.injections
+        }
+    }
+
+    /// An estimate of one cell's wall time, for the announcement: the timeline plus what starting
+    /// servers and workers and stopping them takes on a busy 2-core machine (a Sentinel set or a
+    /// Cluster takes seconds to start, and each of its failovers seconds more).
+    pub(crate) fn estimate(&self, fault: Fault) -> Duration {
+        let (start, per_injection) = if fault.slow() {
+            (Duration::from_secs(4), Duration::from_secs(5))
+        } else {
+            (Duration::from_millis(300), Duration::from_millis(60))
+        };
+        start
+            + self.warmup
+            + (self.gap + self.hold + per_injection) * self.injections(fault)
+            + self.cooldown
+    }
+}
+
+/// Everything shared by the cells of one run.
+#[derive(Debug)]
+pub(crate) struct RunContext {
+    pub(crate) exe: PathBuf,
+    pub(crate) database: String,
+    pub(crate) run_id: String,
+    pub(crate) user_redis: Option<String>,
+    pub(crate) workers: u32,
+    pub(crate) timing: Timing,
+    /// Keeps the default SQLite file alive for the run.
+    pub(crate) _tmp: Option<tempfile::TempDir>,
+}
+
+/// The Redis deployment a fault runs on, for the strategies on one Redis (Redlock strategies always
+/// run on their three masters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Deployment {
+    /// One server (with a replica for `failover`).
+    #[default]
+    Standalone,
+    /// A primary and a replica under three sentinels.
+    Sentinel,
+    /// A Redis Cluster of three masters with a replica each.
+    Cluster,
+}
+
+/// What a fault needs from a cell.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Needs {
+    /// It acts on the strategy's Redis: not applicable to a strategy without one.
+    pub(crate) redis: bool,
+    /// It kills, restarts or re-clocks a server: only on servers the harness runs (skipped with
+    /// `--redis`).
+    pub(crate) own_redis: bool,
+    /// A replica behind a replication link the harness can cut.
+    pub(crate) replica: bool,
+    /// The primary (for Redlock: one master) runs under a fake wall clock (libfaketime).
+    pub(crate) fake_clock: bool,
+    /// It is defined on one Redis deployment (the single-server strategies).
+    pub(crate) one_deployment: bool,
+    /// It is defined on Redlock's three masters.
+    pub(crate) redlock: bool,
+    /// What it runs on, for the single-server strategies.
+    pub(crate) deployment: Deployment,
+}
 
 /// Splits a Redis URL into (before host, host:port, after) so the host can be swapped for a proxy.
 pub(crate) fn split_redis_url(url: &str) -> anyhow::Result<(String, String, String)> {
@@ -63,17 +172,16 @@ impl Servers {
     /// Starts what `strategy` under `fault` runs on.
     pub(crate) async fn start(
         ctx: &RunContext,
-        fault: Fault,
+        needs: Needs,
         strategy: Strategy,
     ) -> anyhow::Result<Self> {
-        let needs = fault.needs();
         if strategy.redlock() {
             return Ok(Self::Redlock(
                 RedlockSetup::start(ctx, needs.fake_clock).await?,
             ));
         }
         Ok(match needs.deployment {
-            Deployment::Standalone => Self::One(Box::new(RedisSetup::start(ctx, fault).await?)),
+            Deployment::Standalone => Self::One(Box::new(RedisSetup::start(ctx, needs).await?)),
             Deployment::Sentinel => Self::Sentinel(SentinelSetup {
                 set: tokio::task::spawn_blocking(SentinelSet::start).await??,
                 failing: None,
@@ -227,8 +335,7 @@ pub(crate) struct RedisSetup {
 }
 
 impl RedisSetup {
-    pub(crate) async fn start(ctx: &RunContext, fault: Fault) -> anyhow::Result<Self> {
-        let needs = fault.needs();
+    pub(crate) async fn start(ctx: &RunContext, needs: Needs) -> anyhow::Result<Self> {
         let mut setup = match &ctx.user_redis {
             Some(url) => {
                 let (head, hostport, tail) = split_redis_url(url)?;

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::checker::{self, Interval};
-use super::rig::{spawn_worker, LockStory, Log, RunContext, Servers, WorkerProc, WorkerSpec};
+use super::rig::{
+    spawn_worker, LockStory, Log, RunContext, Servers, Timing, WorkerProc, WorkerSpec,
+};
 use super::worker::{lock_key, Event};
 use super::{Fault, Strategy, Workload};
 
@@ -149,6 +151,10 @@ pub(crate) struct Cell<'a> {
     pub(crate) log: Arc<Log>,
     pub(crate) workers: Vec<WorkerProc>,
     pub(crate) redis: Option<Servers>,
+    /// The URL of the lease store when it is not Redis (PostgreSQL, etcd).
+    pub(crate) lease_store: Option<String>,
+    /// The run's timings as they apply to this cell's strategy ([`Timing::for_strategy`]).
+    pub(crate) timing: Timing,
     pub(crate) notes: Vec<String>,
     /// When the replication link was last cut and the last failover began (ms, this machine's
     /// clock), for the stall evidence.
@@ -162,6 +168,8 @@ pub(crate) struct Cell<'a> {
     pub(crate) bare_majorities: u32,
     /// Targets let go because their lease stood on a bare majority (see `Cell::suits`).
     pub(crate) passed_over: u32,
+    /// `member-kill` injections whose member was the etcd leader.
+    pub(crate) leaders_killed: u32,
 }
 
 /// A lock the harness saw held with no expiry.
@@ -183,7 +191,17 @@ impl Cell<'_> {
             .as_ref()
             .map(|r| r.urls(slot))
             .unwrap_or_default();
-        spawn_worker(self.ctx, &self.log, self.spec, slot, urls, start_op).await
+        spawn_worker(
+            self.ctx,
+            &self.log,
+            self.spec,
+            slot,
+            urls,
+            self.lease_store.as_deref(),
+            self.timing,
+            start_op,
+        )
+        .await
     }
 
     /// Looks for a lock that will never expire and remembers the first sighting (`where_`, the
@@ -263,7 +281,7 @@ impl Cell<'_> {
         }
         let held = self
             .log
-            .wait_for(since, self.ctx.timing.target_wait, |_, ev| {
+            .wait_for(since, self.timing.target_wait, |_, ev| {
                 matches!(ev, Event::Held { .. })
             })
             .await;

@@ -70,6 +70,14 @@ impl Fault {
                 deployment: Deployment::Cluster,
                 ..one_server
             },
+            Fault::PgRestart => Needs {
+                pg_store: true,
+                ..Needs::default()
+            },
+            Fault::MemberKill => Needs {
+                etcd_store: true,
+                ..Needs::default()
+            },
         }
     }
 }
@@ -82,6 +90,43 @@ pub(crate) fn applicability(
 ) -> Option<(CellStatus, String)> {
     let needs = fault.needs();
     let na = |why: &str| Some((CellStatus::NotApplicable, format!("not applicable: {why}")));
+    if needs.pg_store && !strategy.on_postgres() {
+        return na("a restart of the PostgreSQL lease store; this strategy takes no lease there");
+    }
+    if needs.etcd_store && !strategy.on_etcd() {
+        return na("a member of the etcd lease store killed; this strategy takes no lease there");
+    }
+    let store = if strategy.on_postgres() {
+        Some("PostgreSQL")
+    } else if strategy.on_etcd() {
+        Some("etcd")
+    } else {
+        None
+    };
+    if let Some(store) = store {
+        if matches!(fault, Fault::NetDelay | Fault::NetCut | Fault::NetBlackhole) {
+            return na(&format!(
+                "the network faults act on the proxies in front of Redis; the {store} lease store is reached directly"
+            ));
+        }
+        if needs.redis {
+            return na(&format!(
+                "a fault of Redis; this strategy's lease is on {store}"
+            ));
+        }
+        let available = if strategy.on_postgres() {
+            leasehold_testkit::postgres_server_available()
+        } else {
+            leasehold_testkit::etcd_available()
+        };
+        if !available {
+            return Some((
+                CellStatus::Skipped,
+                format!("skipped: needs {store} installed for a lease store of the harness's own (initdb and postgres, or etcd)"),
+            ));
+        }
+        return None;
+    }
     if needs.redis && !strategy.uses_redis() {
         return na("this strategy uses no Redis");
     }
@@ -94,7 +139,7 @@ pub(crate) fn applicability(
             _ => "Redlock's masters are independent servers, not a Sentinel set or a Cluster",
         });
     }
-    if !strategy.redlock() && !needs.one_deployment {
+    if !strategy.redlock() && !needs.one_deployment && strategy.uses_redis() {
         return na(
             "a fault of one Redlock master among three; redis-restart is its single-server form",
         );
@@ -266,7 +311,7 @@ impl Cell<'_> {
     /// critical section, for the fault window. Returns whether that worker is still there to be
     /// told to go on (a killed one is replaced instead).
     pub(crate) async fn inject(&mut self, fault: Fault, slot: u32) -> anyhow::Result<bool> {
-        let t = self.ctx.timing;
+        let t = self.timing;
         let i = slot as usize;
         // The Redlock faults take turns among the masters.
         let master = self.injected as usize % 3;
@@ -279,7 +324,8 @@ impl Cell<'_> {
         match fault {
             Fault::None => {}
             Fault::Pause => {
-                // Stops the whole process, its lease renewal with it.
+                // Stops the whole process, its lease renewal with it. On etcd the window outlasts
+                // etcd's own minimum lease (`Timing::for_strategy`).
                 if let Some(pid) = self.workers[i].pid() {
                     kill(pid, Signal::SIGSTOP)?;
                     tokio::time::sleep(t.hold).await;
@@ -398,6 +444,55 @@ impl Cell<'_> {
                 })?;
                 self.after_promotion(slot, started).await;
             }
+            Fault::PgRestart => {
+                // A fast shutdown and a start on the same port and data: the lease rows survive,
+                // the holder's renewals fail while it is down, and its lease runs out on the
+                // server's clock meanwhile.
+                let started = tokio::time::Instant::now();
+                let stores = &self.ctx.stores;
+                tokio::task::block_in_place(|| -> anyhow::Result<()> {
+                    let mut pg = stores
+                        .postgres
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    pg.as_mut()
+                        .context("pg-restart needs the harness's PostgreSQL lease store")?
+                        .restart()?;
+                    Ok(())
+                })?;
+                tokio::time::sleep_until(started + t.hold).await;
+            }
+            Fault::MemberKill => {
+                // The members take turns; the leader is among them, and which one leads is noted.
+                let member = self.injected as usize % super::rig::ETCD_MEMBERS;
+                let stores = &self.ctx.stores;
+                let was_leader = tokio::task::block_in_place(|| -> anyhow::Result<bool> {
+                    let mut etcd = stores
+                        .etcd
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    let etcd = etcd
+                        .as_mut()
+                        .context("member-kill needs the harness's etcd lease store")?;
+                    let leader = etcd.leader().ok();
+                    etcd.kill_member(member)?;
+                    Ok(leader == Some(member))
+                })?;
+                if was_leader {
+                    self.leaders_killed += 1;
+                }
+                tokio::time::sleep(t.hold).await;
+                tokio::task::block_in_place(|| -> anyhow::Result<()> {
+                    let mut etcd = stores
+                        .etcd
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    etcd.as_mut()
+                        .context("member-kill needs the harness's etcd lease store")?
+                        .restart_member(member)?;
+                    Ok(())
+                })?;
+            }
         }
         Ok(true)
     }
@@ -428,7 +523,7 @@ impl Cell<'_> {
                 s != slot && matches!(ev, Event::Wrote { .. })
             })
             .await;
-        tokio::time::sleep_until(started + self.ctx.timing.hold).await;
+        tokio::time::sleep_until(started + self.timing.hold).await;
     }
 
     /// Counts an injection that finds the target's lease held on fewer than all three masters (an
@@ -452,7 +547,7 @@ impl Cell<'_> {
     /// The target goes on as soon as that worker has written (or after the fault window): by its
     /// own clock its lease may well still be valid, which is the point of the schedule.
     async fn redlock_clock_jump(&mut self, slot: u32) -> anyhow::Result<()> {
-        let t = self.ctx.timing;
+        let t = self.timing;
         let since = self.log.len();
         let r = self.masters()?;
         tokio::task::block_in_place(|| r.masters[JUMPING_MASTER].jump_clock(t.hold))?;

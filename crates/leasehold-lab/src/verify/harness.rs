@@ -13,7 +13,7 @@ use super::checker::{self, Interval};
 use super::faults::applicability;
 use super::report;
 use super::resource::{Outcome, Resource};
-use super::rig::{split_redis_url, Log, RunContext, Servers, Timing, WorkerSpec};
+use super::rig::{split_redis_url, LeaseStores, Log, RunContext, Servers, Timing, WorkerSpec};
 use super::worker::{now_ms, Event};
 use super::{Fault, Strategy, VerifyArgs, Workload};
 
@@ -42,6 +42,16 @@ fn plan(args: &VerifyArgs) -> Vec<(Workload, Fault, Strategy)> {
                 continue;
             }
             for &s in &strategies {
+                // The quick run takes the strategies on PostgreSQL and etcd on the counter only:
+                // their store's behaviour does not depend on the workload, and an etcd cell takes
+                // seconds (its fault window outlasts etcd's minimum lease).
+                if args.quick
+                    && args.workload.is_empty()
+                    && (s.on_postgres() || s.on_etcd())
+                    && w != Workload::Counter
+                {
+                    continue;
+                }
                 cells.push((w, f, s));
             }
         }
@@ -85,6 +95,7 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
         user_redis: args.redis.clone(),
         workers: args.workers,
         timing: Timing::new(&args),
+        stores: LeaseStores::default(),
         _tmp: tmp,
     };
     let cells = plan(&args);
@@ -93,12 +104,15 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
             "no cells to run: the --workload/--fault/--strategy filters exclude everything"
         );
     }
-    let runnable: Vec<Fault> = cells
+    let runnable: Vec<(Workload, Fault, Strategy)> = cells
         .iter()
+        .copied()
         .filter(|(_, f, s)| applicability(*f, *s, ctx.user_redis.is_some()).is_none())
-        .map(|c| c.1)
         .collect();
-    let estimate: Duration = runnable.iter().map(|f| ctx.timing.estimate(*f)).sum();
+    let estimate: Duration = runnable
+        .iter()
+        .map(|(_, f, s)| ctx.timing.estimate(*f, *s))
+        .sum();
     eprintln!(
         "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover); {}.",
         cells.len(),
@@ -331,12 +345,15 @@ async fn run_cell_inner(
     } else {
         None
     };
+    let lease_store = ctx.stores.url_for(strategy).await?;
     let mut cell = Cell {
         ctx,
         spec,
         log: Arc::new(Log::default()),
         workers: Vec::new(),
         redis,
+        lease_store,
+        timing: ctx.timing.for_strategy(strategy),
         notes: Vec::new(),
         replication_cut_ms: None,
         failover_ms: None,
@@ -344,8 +361,9 @@ async fn run_cell_inner(
         injected: 0,
         bare_majorities: 0,
         passed_over: 0,
+        leaders_killed: 0,
     };
-    let t = ctx.timing;
+    let t = cell.timing;
     let cell_start = now_ms();
     for slot in 0..ctx.workers {
         let w = cell.spawn(slot, 0).await?;
@@ -545,6 +563,12 @@ async fn run_cell_inner(
             cell.bare_majorities
         ));
     }
+    if fault == Fault::MemberKill && injected > 0 {
+        notes.push(format!(
+            "{} of {injected} member kills hit the etcd leader",
+            cell.leaders_killed
+        ));
+    }
     if !stall_spans.is_empty() {
         notes.push(format!(
             "{} lock waits gave up after {} ms ({no_expiry_stalls} of them found the lock held with no expiry)",
@@ -568,7 +592,7 @@ async fn run_cell_inner(
             .collect(),
         refusals,
         stalls: stall_spans.clone(),
-        uses_lock: strategy.uses_redis(),
+        uses_lock: strategy.locks(),
     };
     Ok(CellResult {
         workload,
@@ -584,7 +608,7 @@ async fn run_cell_inner(
         accepted_writes: history.len() as u64,
         refused_stale: stale,
         refused_by_guard: guarded,
-        overlapping_holders: strategy.uses_redis().then_some(overlap_pairs),
+        overlapping_holders: strategy.locks().then_some(overlap_pairs),
         safe_by_design: strategy.safe_by_design(),
         note: notes.join("; "),
         elapsed_ms: 0,
@@ -612,10 +636,19 @@ mod tests {
             ..VerifyArgs::default()
         };
         let cells = plan(&args);
+        let on_stores = Strategy::value_variants()
+            .iter()
+            .filter(|s| s.on_postgres() || s.on_etcd())
+            .count();
+        assert_eq!(on_stores, 4);
         assert_eq!(
             cells.iter().filter(|c| c.1 == Fault::Pause).count(),
-            Workload::value_variants().len() * Strategy::value_variants().len()
+            Workload::value_variants().len() * (Strategy::value_variants().len() - on_stores)
+                + on_stores
         );
+        assert!(cells
+            .iter()
+            .all(|c| !(c.2.on_postgres() || c.2.on_etcd()) || c.0 == Workload::Counter));
         assert!(cells
             .iter()
             .all(|c| c.1 == Fault::Pause || c.0 == Workload::Counter));
@@ -664,7 +697,18 @@ mod tests {
             .sum();
         assert!(planned >= 1_200, "{planned} injections planned");
         // And the announced estimate stays inside half an hour.
-        let estimate: Duration = runnable(&cells).iter().map(|c| t.estimate(c.1)).sum();
+        let estimate: Duration = runnable(&cells).iter().map(|c| t.estimate(c.1, c.2)).sum();
+        let old: Duration = runnable(&cells)
+            .iter()
+            .filter(|c| !(c.2.on_postgres() || c.2.on_etcd()))
+            .map(|c| t.estimate(c.1, c.2))
+            .sum();
+        let pg: Duration = runnable(&cells)
+            .iter()
+            .filter(|c| c.2.on_postgres())
+            .map(|c| t.estimate(c.1, c.2))
+            .sum();
+        eprintln!("ESTIMATE total {estimate:?} old {old:?} pg {pg:?}");
         assert!(estimate < Duration::from_secs(30 * 60), "{estimate:?}");
     }
 
@@ -676,7 +720,8 @@ mod tests {
             let na = applicability(*f, Strategy::DbGuards, false);
             assert_eq!(
                 na.map(|n| n.0),
-                needs.redis.then_some(CellStatus::NotApplicable),
+                (needs.redis || needs.pg_store || needs.etcd_store)
+                    .then_some(CellStatus::NotApplicable),
                 "{f}"
             );
             for s in [Strategy::Lease, Strategy::Redlock] {
@@ -734,6 +779,30 @@ mod tests {
                 !na(f, Strategy::Lease) && !na(f, Strategy::LeaseFence),
                 "{f}"
             );
+        }
+        // The lease-store faults apply to their store's strategies only, and of the Redis faults
+        // none applies to those.
+        use clap::ValueEnum as _;
+        for s in Strategy::value_variants() {
+            assert_eq!(!na(Fault::PgRestart, *s), s.on_postgres(), "{s}");
+            assert_eq!(!na(Fault::MemberKill, *s), s.on_etcd(), "{s}");
+        }
+        for s in [
+            Strategy::PgLease,
+            Strategy::PgLeaseFence,
+            Strategy::EtcdLease,
+            Strategy::EtcdLeaseFence,
+        ] {
+            for f in Fault::value_variants() {
+                let applies = matches!(f, Fault::None | Fault::Pause | Fault::Kill)
+                    || (*f == Fault::PgRestart && s.on_postgres())
+                    || (*f == Fault::MemberKill && s.on_etcd());
+                assert_eq!(!na(*f, s), applies, "{f} {s}");
+                // Their stores are the harness's own whatever Redis is given.
+                if applies {
+                    assert!(applicability(*f, s, true).is_none(), "{f} {s}");
+                }
+            }
         }
         for f in [
             Fault::Pause,

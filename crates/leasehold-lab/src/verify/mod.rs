@@ -88,6 +88,13 @@ pub enum Fault {
     /// A Redis Cluster: the replica link of the master owning the lease's slot cut, then that master
     /// killed and its replica promoted by the cluster.
     ClusterFailover,
+    /// The PostgreSQL lease store is restarted (a fast shutdown and a start, same data) while a
+    /// holder is inside its critical section.
+    PgRestart,
+    /// One member of the three-member etcd lease store, in turn each of them (the leader among
+    /// them), is killed while a holder is inside its critical section, and restarted after the
+    /// fault window: a minority lost, which the lease is meant to survive.
+    MemberKill,
 }
 
 /// How the workers coordinate.
@@ -109,6 +116,16 @@ pub enum Strategy {
     RedlockFence,
     /// No lock: unique index, conditional update, state check, inbox.
     DbGuards,
+    /// A leasehold lease from the PostgreSQL lease store; the fence is ignored.
+    PgLease,
+    /// A leasehold lease from the PostgreSQL lease store whose fence the resource checks in the
+    /// same transaction as each write, as `lease-fence` does.
+    PgLeaseFence,
+    /// A leasehold lease from a three-member etcd cluster; the fence is ignored.
+    EtcdLease,
+    /// A leasehold lease from a three-member etcd cluster whose fence the resource checks in the
+    /// same transaction as each write, as `lease-fence` does.
+    EtcdLeaseFence,
 }
 
 impl Fault {
@@ -122,12 +139,30 @@ impl Fault {
 impl Strategy {
     /// Whether leasehold documents this strategy as keeping the data correct under every fault here.
     pub fn safe_by_design(self) -> bool {
-        matches!(self, Self::LeaseFence | Self::RedlockFence | Self::DbGuards)
+        self.fenced() || self == Self::DbGuards
     }
 
     /// Whether the resource checks the lease's fence with each write.
     pub fn fenced(self) -> bool {
-        matches!(self, Self::LeaseFence | Self::RedlockFence)
+        matches!(
+            self,
+            Self::LeaseFence | Self::RedlockFence | Self::PgLeaseFence | Self::EtcdLeaseFence
+        )
+    }
+
+    /// Whether the lease comes from the PostgreSQL lease store.
+    pub fn on_postgres(self) -> bool {
+        matches!(self, Self::PgLease | Self::PgLeaseFence)
+    }
+
+    /// Whether the lease comes from an etcd cluster.
+    pub fn on_etcd(self) -> bool {
+        matches!(self, Self::EtcdLease | Self::EtcdLeaseFence)
+    }
+
+    /// Whether the workers take a lock at all.
+    pub fn locks(self) -> bool {
+        self != Self::DbGuards
     }
 
     /// Whether the lock is a Redlock lease over three masters (else one server, or none).
@@ -143,7 +178,7 @@ impl Strategy {
 
     /// Whether the strategy talks to Redis at all.
     pub fn uses_redis(self) -> bool {
-        self != Self::DbGuards
+        self.locks() && !self.on_postgres() && !self.on_etcd()
     }
 }
 
@@ -239,6 +274,10 @@ pub struct WorkerArgs {
     /// for Redlock.
     #[arg(long)]
     pub redis: Vec<String>,
+    /// The lease store's URL (postgres://… or etcd://…) for the strategies whose lease is not on
+    /// Redis.
+    #[arg(long)]
+    pub lease_store: Option<String>,
     /// Database URL.
     #[arg(long)]
     pub database: String,

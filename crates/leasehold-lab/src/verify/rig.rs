@@ -20,7 +20,9 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 
-use leasehold_testkit::{Proxy, RedisCluster, RedisServer, SentinelSet};
+use leasehold_testkit::{
+    EtcdCluster, PostgresServer, Proxy, RedisCluster, RedisServer, SentinelSet,
+};
 
 use super::worker::{now_ms, Event};
 use super::{Fault, Strategy, VerifyArgs, Workload};
@@ -47,6 +49,11 @@ pub(crate) struct Timing {
     pub(crate) stall_after: Duration,
 }
 
+/// The shortest lease etcd keeps: one and a half election timeouts rounded up to a second, 2 s
+/// with etcd's default timings (which the test cluster uses). A holder's lease lives on in etcd at
+/// least this long after its last renewal, whatever TTL it asked for.
+pub(crate) const ETCD_MIN_LEASE: Duration = Duration::from_secs(2);
+
 impl Timing {
     pub(crate) fn new(args: &VerifyArgs) -> Self {
         let ttl = Duration::from_millis(args.ttl_ms);
@@ -63,6 +70,34 @@ impl Timing {
         }
     }
 
+    /// The timings of a cell of `strategy`. The strategies on PostgreSQL and etcd get as many
+    /// injections as the slow failovers (2 in a full run), which keeps the full matrix inside half
+    /// an hour. On etcd a fault window must also outlast etcd's own minimum lease
+    /// ([`ETCD_MIN_LEASE`]), not only the TTL the workers ask for, or the lease would still stand
+    /// in etcd when the window ends and no fault could show.
+    pub(crate) fn for_strategy(self, strategy: Strategy) -> Self {
+        if !(strategy.on_postgres() || strategy.on_etcd()) {
+            return self;
+        }
+        let fewer = Self {
+            injections: self.slow_injections,
+            ..self
+        };
+        if !strategy.on_etcd() {
+            return fewer;
+        }
+        // A waiter may wait out a whole fault window and then etcd's own expiry of the lost
+        // holder's lease (and its place in the queue of waiters), twice over for a member kill
+        // that also costs an election.
+        let hold = ETCD_MIN_LEASE + self.hold;
+        Self {
+            hold,
+            target_wait: self.target_wait.max(hold * 2),
+            stall_after: self.stall_after.max((hold + ETCD_MIN_LEASE) * 2),
+            ..fewer
+        }
+    }
+
     /// Injections in a cell of `fault`.
     pub(crate) fn injections(&self, fault: Fault) -> u32 {
         if fault.slow() {
@@ -75,16 +110,17 @@ impl Timing {
     /// An estimate of one cell's wall time, for the announcement: the timeline plus what starting
     /// servers and workers and stopping them takes on a busy 2-core machine (a Sentinel set or a
     /// Cluster takes seconds to start, and each of its failovers seconds more).
-    pub(crate) fn estimate(&self, fault: Fault) -> Duration {
+    /// A store restart or an etcd member's restart takes about a second.
+    pub(crate) fn estimate(&self, fault: Fault, strategy: Strategy) -> Duration {
+        let t = self.for_strategy(strategy);
         let (start, per_injection) = if fault.slow() {
             (Duration::from_secs(4), Duration::from_secs(5))
+        } else if matches!(fault, Fault::PgRestart | Fault::MemberKill) {
+            (Duration::from_millis(300), Duration::from_millis(1_000))
         } else {
             (Duration::from_millis(300), Duration::from_millis(60))
         };
-        start
-            + self.warmup
-            + (self.gap + self.hold + per_injection) * self.injections(fault)
-            + self.cooldown
+        start + t.warmup + (t.gap + t.hold + per_injection) * t.injections(fault) + t.cooldown
     }
 }
 
@@ -97,8 +133,72 @@ pub(crate) struct RunContext {
     pub(crate) user_redis: Option<String>,
     pub(crate) workers: u32,
     pub(crate) timing: Timing,
+    /// The PostgreSQL and etcd lease stores, started at their first cell.
+    pub(crate) stores: LeaseStores,
     /// Keeps the default SQLite file alive for the run.
     pub(crate) _tmp: Option<tempfile::TempDir>,
+}
+
+/// The lease stores that are not Redis: a private PostgreSQL server and a three-member etcd
+/// cluster, each started once per run at its first cell and shared by the cells after it (each
+/// cell's leases under its own key prefix), since making a PostgreSQL cluster or an etcd cluster
+/// takes seconds. They are the harness's own, so `pg-restart` and `member-kill` act on them for
+/// real; the run's database (the resource) is never one of them. Cells run one at a time, and a
+/// fault leaves its store running again, so a cell starts from a healthy store.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseStores {
+    pub(crate) postgres: Mutex<Option<PostgresServer>>,
+    pub(crate) etcd: Mutex<Option<EtcdCluster>>,
+}
+
+/// Members of the etcd lease store: three, so that one can be lost.
+pub(crate) const ETCD_MEMBERS: usize = 3;
+
+impl LeaseStores {
+    /// The URL of `strategy`'s lease store, started if it is not yet; `None` for a strategy whose
+    /// lease is on Redis (or that takes none).
+    pub(crate) async fn url_for(&self, strategy: Strategy) -> anyhow::Result<Option<String>> {
+        if strategy.on_postgres() {
+            let running = self
+                .postgres
+                .lock()
+                .ok()
+                .and_then(|pg| pg.as_ref().map(|s| s.url()));
+            if let Some(url) = running {
+                return Ok(Some(url));
+            }
+            let server = tokio::task::spawn_blocking(PostgresServer::start)
+                .await?
+                .context("cannot start a private PostgreSQL for the lease store")?;
+            let url = server.url();
+            let db = leasehold::db::Database::connect(&url).await?;
+            db.migrate().await?;
+            db.close().await;
+            if let Ok(mut pg) = self.postgres.lock() {
+                *pg = Some(server);
+            }
+            return Ok(Some(url));
+        }
+        if strategy.on_etcd() {
+            let running = self
+                .etcd
+                .lock()
+                .ok()
+                .and_then(|e| e.as_ref().map(|c| c.url()));
+            if let Some(url) = running {
+                return Ok(Some(url));
+            }
+            let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(ETCD_MEMBERS))
+                .await?
+                .context("cannot start an etcd cluster for the lease store")?;
+            let url = cluster.url();
+            if let Ok(mut etcd) = self.etcd.lock() {
+                *etcd = Some(cluster);
+            }
+            return Ok(Some(url));
+        }
+        Ok(None)
+    }
 }
 
 /// The Redis deployment a fault runs on, for the strategies on one Redis (Redlock strategies always
@@ -132,6 +232,10 @@ pub(crate) struct Needs {
     pub(crate) redlock: bool,
     /// What it runs on, for the single-server strategies.
     pub(crate) deployment: Deployment,
+    /// It acts on the PostgreSQL lease store.
+    pub(crate) pg_store: bool,
+    /// It acts on the etcd lease store.
+    pub(crate) etcd_store: bool,
 }
 
 /// Splits a Redis URL into (before host, host:port, after) so the host can be swapped for a proxy.
@@ -690,6 +794,8 @@ pub(crate) async fn spawn_worker(
     spec: WorkerSpec<'_>,
     slot: u32,
     redis_urls: Vec<String>,
+    lease_store: Option<&str>,
+    timing: Timing,
     start_op: u64,
 ) -> anyhow::Result<WorkerProc> {
     let mut cmd = Command::new(&ctx.exe);
@@ -700,11 +806,8 @@ pub(crate) async fn spawn_worker(
         .args(["--prefix", spec.prefix])
         .args(["--key", spec.key])
         .args(["--slot", &slot.to_string()])
-        .args(["--ttl-ms", &ctx.timing.ttl.as_millis().to_string()])
-        .args([
-            "--stall-ms",
-            &ctx.timing.stall_after.as_millis().to_string(),
-        ])
+        .args(["--ttl-ms", &timing.ttl.as_millis().to_string()])
+        .args(["--stall-ms", &timing.stall_after.as_millis().to_string()])
         .args(["--start-op", &start_op.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -712,6 +815,9 @@ pub(crate) async fn spawn_worker(
         .kill_on_drop(true);
     for url in redis_urls {
         cmd.args(["--redis", &url]);
+    }
+    if let Some(url) = lease_store {
+        cmd.args(["--lease-store", url]);
     }
     let mut child = cmd
         .spawn()

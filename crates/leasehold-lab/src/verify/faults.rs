@@ -3,7 +3,7 @@
 //! Adding a fault is local: a [`Fault`] variant, its line in [`Fault::needs`], its arm in
 //! [`Cell::inject`] (and in [`Cell::arm`] when something must be set up before the target is
 //! chosen). Limit: every fault is aimed at one worker caught inside its critical section (or at the
-//! Redis it talks to); faults that hit several parts at once are not modelled, except the Redlock
+//! lease store it talks to); faults that hit several parts at once are not modelled, except the Redlock
 //! clock jump, which needs a cut link and a jumped master together.
 //!
 //! Which faults apply where: the single-server faults (`redis-restart`, `failover`) are not
@@ -11,7 +11,11 @@
 //! and `node-kill` are their Redlock forms), and the Redlock faults are not applicable to the
 //! single-server strategies. The network faults hit all of the target's links (on Redlock, its
 //! three proxies). `sentinel-failover` and `cluster-failover` apply to the leases on one deployment
-//! (`lease`, `lease-fence`); the hand-made locks speak to one `redis://` server only.
+//! (`lease`, `lease-fence`); the hand-made locks speak to one `redis://` server only. The strategies
+//! on PostgreSQL and etcd take `none`, `pause`, `kill` and their own store's fault (`pg-restart`,
+//! `member-kill`), which acts on the store the harness runs for the whole run (`LeaseStores`); no
+//! Redis fault applies to them, the network faults included (their store is reached directly, not
+//! through the proxies).
 
 use std::time::Duration;
 
@@ -463,21 +467,29 @@ impl Cell<'_> {
                 tokio::time::sleep_until(started + t.hold).await;
             }
             Fault::MemberKill => {
-                // The members take turns; the leader is among them, and which one leads is noted.
-                let member = self.injected as usize % super::rig::ETCD_MEMBERS;
+                // The leader and a follower take turns (the first injection of a cell kills the
+                // leader): taking turns by member number would, on a cluster shared by the cells,
+                // keep killing the same followers while the leader stays put.
+                let turn = self.injected;
                 let stores = &self.ctx.stores;
-                let was_leader = tokio::task::block_in_place(|| -> anyhow::Result<bool> {
-                    let mut etcd = stores
-                        .etcd
-                        .lock()
-                        .map_err(|_| anyhow::anyhow!("poisoned"))?;
-                    let etcd = etcd
-                        .as_mut()
-                        .context("member-kill needs the harness's etcd lease store")?;
-                    let leader = etcd.leader().ok();
-                    etcd.kill_member(member)?;
-                    Ok(leader == Some(member))
-                })?;
+                let (member, was_leader) =
+                    tokio::task::block_in_place(|| -> anyhow::Result<(usize, bool)> {
+                        let mut etcd = stores
+                            .etcd
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+                        let etcd = etcd
+                            .as_mut()
+                            .context("member-kill needs the harness's etcd lease store")?;
+                        let leader = etcd.leader()?;
+                        let member = if turn % 2 == 0 {
+                            leader
+                        } else {
+                            (leader + 1) % super::rig::ETCD_MEMBERS
+                        };
+                        etcd.kill_member(member)?;
+                        Ok((member, member == leader))
+                    })?;
                 if was_leader {
                     self.leaders_killed += 1;
                 }

@@ -114,7 +114,7 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
         .map(|(_, f, s)| ctx.timing.estimate(*f, *s))
         .sum();
     eprintln!(
-        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover); {}.",
+        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover and per cell on PostgreSQL or etcd); {}.",
         cells.len(),
         runnable.len(),
         cells.len() - runnable.len(),

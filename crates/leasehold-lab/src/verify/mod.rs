@@ -1,14 +1,16 @@
 //! Fault-injection verification: which strategy keeps data correct under which fault, counted from
 //! the history the resource recorded.
 //!
-//! Promise: every cell (workload × fault × strategy) runs real worker processes against a real Redis
-//! (one server, Redlock's three masters, a Sentinel set or a Cluster) and a real SQL database,
-//! injects the fault for real (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays,
-//! cuts or swallows the traffic, a jump of a Redis server's wall clock, a Redlock master killed or
-//! restarted, a Sentinel or Cluster failover that loses the lock's write), several times per cell, and counts invariant violations from what the database accepted,
-//! and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations shows the
-//! bug did not happen in this run, not that it cannot; only the strategies documented as safe by
-//! design are expected to stay at 0 always.
+//! Promise: every cell (workload × fault × strategy) runs real worker processes against a real
+//! lease store (one Redis server, Redlock's three masters, a Sentinel set, a Cluster, a PostgreSQL
+//! server or a three-member etcd cluster) and a real SQL database, injects the fault for real
+//! (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays, cuts or swallows the
+//! traffic, a jump of a Redis server's wall clock, a Redlock master killed or restarted, a Sentinel
+//! or Cluster failover that loses the lock's write, the PostgreSQL store restarted, an etcd member
+//! killed), several times per cell, and counts invariant violations from what the database
+//! accepted, and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations
+//! shows the bug did not happen in this run, not that it cannot; only the strategies documented as
+//! safe by design are expected to stay at 0 always.
 //!
 //! Layout, each file depending only on those listed after it: `harness.rs` drives the run (which
 //! cells, each cell from start to verdict); `report.rs` writes the table, the JSON and the HTML
@@ -19,8 +21,9 @@
 //! `checker.rs` turns a history into violations; `resource.rs` the SQL resource and its history.
 //!
 //! Adding a fault: a [`Fault`] variant, its line in `Fault::needs` and its arm in `Cell::inject`
-//! (`faults.rs`; `Fault::slow` below if each injection takes seconds). Adding a strategy: a [`Strategy`] variant, its answers in the `Strategy` methods
-//! below, and its arms in the worker's `Locker` (`worker.rs`).
+//! (`faults.rs`; `Fault::slow` below if each injection takes seconds). Adding a strategy: a
+//! [`Strategy`] variant, its answers in the `Strategy` methods below, and its arms in the worker's
+//! `Locker` (`worker.rs`).
 
 mod cell;
 mod checker;
@@ -91,9 +94,9 @@ pub enum Fault {
     /// The PostgreSQL lease store is restarted (a fast shutdown and a start, same data) while a
     /// holder is inside its critical section.
     PgRestart,
-    /// One member of the three-member etcd lease store, in turn each of them (the leader among
-    /// them), is killed while a holder is inside its critical section, and restarted after the
-    /// fault window: a minority lost, which the lease is meant to survive.
+    /// One member of the three-member etcd lease store, the leader and a follower in turn (the
+    /// leader first), is killed while a holder is inside its critical section, and restarted after
+    /// the fault window: a minority lost, which the lease is meant to survive.
     MemberKill,
 }
 
@@ -199,9 +202,10 @@ display_as_value_enum!(Workload, Fault, Strategy);
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyArgs {
     /// A short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload
-    /// under the pause fault, and every fault on the counter workload, one injection per cell.
-    /// Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster
-    /// failovers, which take seconds each; about 21 minutes on 2 cores).
+    /// under the pause fault (the strategies on PostgreSQL and etcd on the counter only), and every
+    /// fault on the counter workload, one injection per cell. Without it, every cell of the matrix
+    /// with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and
+    /// for the strategies on PostgreSQL and etcd; under 30 minutes on 2 cores).
     #[arg(long)]
     pub quick: bool,
     /// Write the cells as a JSON array to this file.
@@ -234,7 +238,7 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub ttl_ms: u64,
     /// Fault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and
-    /// Cluster failovers).
+    /// Cluster failovers and for the strategies on PostgreSQL and etcd).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub injections: Option<u32>,
     /// The executable to spawn workers from (default: this program). For tests.

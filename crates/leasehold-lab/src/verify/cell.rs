@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::checker::{self, Interval};
 use super::rig::{
-    spawn_worker, LockStory, Log, RunContext, Servers, Timing, WorkerProc, WorkerSpec,
+    spawn_worker, LockStory, LockUrls, Log, RunContext, Servers, Timing, WorkerProc, WorkerSpec,
 };
 use super::worker::{lock_key, Event};
 use super::{Fault, Strategy, Workload};
@@ -196,8 +196,10 @@ impl Cell<'_> {
             &self.log,
             self.spec,
             slot,
-            urls,
-            self.lease_store.as_deref(),
+            LockUrls {
+                redis: urls,
+                lease_store: self.lease_store.as_deref(),
+            },
             self.timing,
             start_op,
         )

@@ -787,14 +787,23 @@ pub(crate) struct WorkerSpec<'a> {
     pub(crate) key: &'a str,
 }
 
+/// Where a worker takes its lock.
+#[derive(Debug, Default)]
+pub(crate) struct LockUrls<'a> {
+    /// Its Redis URLs: one (through its proxy, or a Sentinel or Cluster URL), or one per Redlock
+    /// master.
+    pub(crate) redis: Vec<String>,
+    /// The lease store's URL when it is not Redis (PostgreSQL, etcd).
+    pub(crate) lease_store: Option<&'a str>,
+}
+
 /// Starts the worker for `slot`, its events going to `log`.
 pub(crate) async fn spawn_worker(
     ctx: &RunContext,
     log: &Arc<Log>,
     spec: WorkerSpec<'_>,
     slot: u32,
-    redis_urls: Vec<String>,
-    lease_store: Option<&str>,
+    lock: LockUrls<'_>,
     timing: Timing,
     start_op: u64,
 ) -> anyhow::Result<WorkerProc> {
@@ -813,10 +822,10 @@ pub(crate) async fn spawn_worker(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    for url in redis_urls {
+    for url in lock.redis {
         cmd.args(["--redis", &url]);
     }
-    if let Some(url) = lease_store {
+    if let Some(url) = lock.lease_store {
         cmd.args(["--lease-store", url]);
     }
     let mut child = cmd

@@ -3,7 +3,7 @@
 //! Adding a fault is local: a [`Fault`] variant, its line in [`Fault::needs`], its arm in
 //! [`Cell::inject`] (and in [`Cell::arm`] when something must be set up before the target is
 //! chosen). Limit: every fault is aimed at one worker caught inside its critical section (or at the
-//! Redis it talks to); faults that hit several parts at once are not modelled, except the Redlock
+//! lease store it talks to); faults that hit several parts at once are not modelled, except the Redlock
 //! clock jump, which needs a cut link and a jumped master together.
 //!
 //! Which faults apply where: the single-server faults (`redis-restart`, `failover`) are not
@@ -11,7 +11,11 @@
 //! and `node-kill` are their Redlock forms), and the Redlock faults are not applicable to the
 //! single-server strategies. The network faults hit all of the target's links (on Redlock, its
 //! three proxies). `sentinel-failover` and `cluster-failover` apply to the leases on one deployment
-//! (`lease`, `lease-fence`); the hand-made locks speak to one `redis://` server only.
+//! (`lease`, `lease-fence`); the hand-made locks speak to one `redis://` server only. The strategies
+//! on PostgreSQL and etcd take `none`, `pause`, `kill` and their own store's fault (`pg-restart`,
+//! `member-kill`), which acts on the store the harness runs for the whole run (`LeaseStores`); no
+//! Redis fault applies to them, the network faults included (their store is reached directly, not
+//! through the proxies).
 
 use std::time::Duration;
 
@@ -20,44 +24,13 @@ use nix::sys::signal::{kill, Signal};
 
 use leasehold_testkit::Proxy;
 
-use super::harness::{Cell, CellStatus};
-use super::rig::{ClusterSetup, RedisSetup, RedlockSetup, SentinelSetup, Servers};
+use super::cell::{Cell, CellStatus};
+use super::rig::{
+    ClusterSetup, Deployment, Needs, RedisSetup, RedlockSetup, SentinelSetup, Servers,
+};
 use super::rig::{CUT_MASTER, JUMPING_MASTER};
 use super::worker::{lock_key, now_ms, Event};
 use super::{Fault, Strategy};
-
-/// The Redis deployment a fault runs on, for the strategies on one Redis (Redlock strategies always
-/// run on their three masters).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum Deployment {
-    /// One server (with a replica for `failover`).
-    #[default]
-    Standalone,
-    /// A primary and a replica under three sentinels.
-    Sentinel,
-    /// A Redis Cluster of three masters with a replica each.
-    Cluster,
-}
-
-/// What a fault needs from a cell.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Needs {
-    /// It acts on the strategy's Redis: not applicable to a strategy without one.
-    pub(crate) redis: bool,
-    /// It kills, restarts or re-clocks a server: only on servers the harness runs (skipped with
-    /// `--redis`).
-    pub(crate) own_redis: bool,
-    /// A replica behind a replication link the harness can cut.
-    pub(crate) replica: bool,
-    /// The primary (for Redlock: one master) runs under a fake wall clock (libfaketime).
-    pub(crate) fake_clock: bool,
-    /// It is defined on one Redis deployment (the single-server strategies).
-    pub(crate) one_deployment: bool,
-    /// It is defined on Redlock's three masters.
-    pub(crate) redlock: bool,
-    /// What it runs on, for the single-server strategies.
-    pub(crate) deployment: Deployment,
-}
 
 impl Fault {
     /// The one table of what each fault needs.
@@ -101,15 +74,15 @@ impl Fault {
                 deployment: Deployment::Cluster,
                 ..one_server
             },
+            Fault::PgRestart => Needs {
+                pg_store: true,
+                ..Needs::default()
+            },
+            Fault::MemberKill => Needs {
+                etcd_store: true,
+                ..Needs::default()
+            },
         }
-    }
-}
-
-impl Fault {
-    /// Whether each injection takes seconds (a failure detected and a replica elected by sentinels
-    /// or by the cluster), so a full run does fewer of them per cell.
-    pub(crate) fn slow(self) -> bool {
-        matches!(self, Fault::SentinelFailover | Fault::ClusterFailover)
     }
 }
 
@@ -121,6 +94,43 @@ pub(crate) fn applicability(
 ) -> Option<(CellStatus, String)> {
     let needs = fault.needs();
     let na = |why: &str| Some((CellStatus::NotApplicable, format!("not applicable: {why}")));
+    if needs.pg_store && !strategy.on_postgres() {
+        return na("a restart of the PostgreSQL lease store; this strategy takes no lease there");
+    }
+    if needs.etcd_store && !strategy.on_etcd() {
+        return na("a member of the etcd lease store killed; this strategy takes no lease there");
+    }
+    let store = if strategy.on_postgres() {
+        Some("PostgreSQL")
+    } else if strategy.on_etcd() {
+        Some("etcd")
+    } else {
+        None
+    };
+    if let Some(store) = store {
+        if matches!(fault, Fault::NetDelay | Fault::NetCut | Fault::NetBlackhole) {
+            return na(&format!(
+                "the network faults act on the proxies in front of Redis; the {store} lease store is reached directly"
+            ));
+        }
+        if needs.redis {
+            return na(&format!(
+                "a fault of Redis; this strategy's lease is on {store}"
+            ));
+        }
+        let available = if strategy.on_postgres() {
+            leasehold_testkit::postgres_server_available()
+        } else {
+            leasehold_testkit::etcd_available()
+        };
+        if !available {
+            return Some((
+                CellStatus::Skipped,
+                format!("skipped: needs {store} installed for a lease store of the harness's own (initdb and postgres, or etcd)"),
+            ));
+        }
+        return None;
+    }
     if needs.redis && !strategy.uses_redis() {
         return na("this strategy uses no Redis");
     }
@@ -133,7 +143,7 @@ pub(crate) fn applicability(
             _ => "Redlock's masters are independent servers, not a Sentinel set or a Cluster",
         });
     }
-    if !strategy.redlock() && !needs.one_deployment {
+    if !strategy.redlock() && !needs.one_deployment && strategy.uses_redis() {
         return na(
             "a fault of one Redlock master among three; redis-restart is its single-server form",
         );
@@ -305,7 +315,7 @@ impl Cell<'_> {
     /// critical section, for the fault window. Returns whether that worker is still there to be
     /// told to go on (a killed one is replaced instead).
     pub(crate) async fn inject(&mut self, fault: Fault, slot: u32) -> anyhow::Result<bool> {
-        let t = self.ctx.timing;
+        let t = self.timing;
         let i = slot as usize;
         // The Redlock faults take turns among the masters.
         let master = self.injected as usize % 3;
@@ -318,7 +328,8 @@ impl Cell<'_> {
         match fault {
             Fault::None => {}
             Fault::Pause => {
-                // Stops the whole process, its lease renewal with it.
+                // Stops the whole process, its lease renewal with it. On etcd the window outlasts
+                // etcd's own minimum lease (`Timing::for_strategy`).
                 if let Some(pid) = self.workers[i].pid() {
                     kill(pid, Signal::SIGSTOP)?;
                     tokio::time::sleep(t.hold).await;
@@ -437,6 +448,63 @@ impl Cell<'_> {
                 })?;
                 self.after_promotion(slot, started).await;
             }
+            Fault::PgRestart => {
+                // A fast shutdown and a start on the same port and data: the lease rows survive,
+                // the holder's renewals fail while it is down, and its lease runs out on the
+                // server's clock meanwhile.
+                let started = tokio::time::Instant::now();
+                let stores = &self.ctx.stores;
+                tokio::task::block_in_place(|| -> anyhow::Result<()> {
+                    let mut pg = stores
+                        .postgres
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    pg.as_mut()
+                        .context("pg-restart needs the harness's PostgreSQL lease store")?
+                        .restart()?;
+                    Ok(())
+                })?;
+                tokio::time::sleep_until(started + t.hold).await;
+            }
+            Fault::MemberKill => {
+                // The leader and a follower take turns (the first injection of a cell kills the
+                // leader): taking turns by member number would, on a cluster shared by the cells,
+                // keep killing the same followers while the leader stays put.
+                let turn = self.injected;
+                let stores = &self.ctx.stores;
+                let (member, was_leader) =
+                    tokio::task::block_in_place(|| -> anyhow::Result<(usize, bool)> {
+                        let mut etcd = stores
+                            .etcd
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+                        let etcd = etcd
+                            .as_mut()
+                            .context("member-kill needs the harness's etcd lease store")?;
+                        let leader = etcd.leader()?;
+                        let member = if turn % 2 == 0 {
+                            leader
+                        } else {
+                            (leader + 1) % super::rig::ETCD_MEMBERS
+                        };
+                        etcd.kill_member(member)?;
+                        Ok((member, member == leader))
+                    })?;
+                if was_leader {
+                    self.leaders_killed += 1;
+                }
+                tokio::time::sleep(t.hold).await;
+                tokio::task::block_in_place(|| -> anyhow::Result<()> {
+                    let mut etcd = stores
+                        .etcd
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    etcd.as_mut()
+                        .context("member-kill needs the harness's etcd lease store")?
+                        .restart_member(member)?;
+                    Ok(())
+                })?;
+            }
         }
         Ok(true)
     }
@@ -467,7 +535,7 @@ impl Cell<'_> {
                 s != slot && matches!(ev, Event::Wrote { .. })
             })
             .await;
-        tokio::time::sleep_until(started + self.ctx.timing.hold).await;
+        tokio::time::sleep_until(started + self.timing.hold).await;
     }
 
     /// Counts an injection that finds the target's lease held on fewer than all three masters (an
@@ -491,7 +559,7 @@ impl Cell<'_> {
     /// The target goes on as soon as that worker has written (or after the fault window): by its
     /// own clock its lease may well still be valid, which is the point of the schedule.
     async fn redlock_clock_jump(&mut self, slot: u32) -> anyhow::Result<()> {
-        let t = self.ctx.timing;
+        let t = self.timing;
         let since = self.log.len();
         let r = self.masters()?;
         tokio::task::block_in_place(|| r.masters[JUMPING_MASTER].jump_clock(t.hold))?;

@@ -3,195 +3,19 @@
 //! and hands the recorded history to the checker.
 
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use super::cell::{Cell, CellResult, CellStatus, FaultWindow, Timeline};
 use super::checker::{self, Interval};
 use super::faults::applicability;
+use super::report;
 use super::resource::{Outcome, Resource};
-use super::rig::{spawn_worker, split_redis_url, LockStory, Log, Servers, WorkerProc, WorkerSpec};
-use super::worker::{lock_key, now_ms, Event};
-use super::{report, Fault, Strategy, VerifyArgs, Workload};
-
-/// Whether a cell ran, and if not, why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CellStatus {
-    /// The cell ran and its history was checked.
-    Ran,
-    /// The fault cannot apply to this strategy (e.g. a Redis fault when no Redis is used).
-    NotApplicable,
-    /// The fault needs something this run does not have: a server the harness can kill (the user's
-    /// was given), or libfaketime for a clock jump.
-    Skipped,
-    /// The cell could not run (see `note`).
-    Error,
-}
-
-/// One cell of the table: a workload under a fault with a strategy.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct CellResult {
-    /// What the workers did.
-    pub workload: Workload,
-    /// What was injected.
-    pub fault: Fault,
-    /// How the workers coordinated.
-    pub strategy: Strategy,
-    /// Whether the cell ran.
-    pub status: CellStatus,
-    /// Operations the workers completed (writes attempted or found unnecessary).
-    pub operations: u64,
-    /// Faults actually injected (a worker must be inside its critical section for one to count).
-    pub faults_injected: u64,
-    /// Invariant violations counted from the resource's history (`null` when the cell did not run).
-    pub violations: Option<u64>,
-    /// What a violation is for this workload.
-    pub violation_kind: &'static str,
-    /// Lock waits that gave up after the stall limit: nobody could take the lock for that long.
-    /// A liveness failure, counted apart from the violations of the data.
-    pub stalls: u64,
-    /// Whether the harness saw the lock held with no expiry (the same holder, no TTL, at two looks
-    /// 100 ms apart): a lock that nothing but an explicit delete will ever free.
-    pub lock_without_expiry: bool,
-    /// Writes the resource accepted.
-    pub accepted_writes: u64,
-    /// Writes the resource refused because their fence was stale.
-    pub refused_stale: u64,
-    /// Writes a database guard refused (duplicate key, failed condition, illegal transition, seen message).
-    pub refused_by_guard: u64,
-    /// Pairs of lease holding intervals that overlapped, as the workers reported them
-    /// (informational; `null` without a lock).
-    pub overlapping_holders: Option<u64>,
-    /// Whether leasehold documents the strategy as safe (then any violation or stall fails the run).
-    pub safe_by_design: bool,
-    /// Why a cell did not run, or what went wrong.
-    pub note: String,
-    /// Wall time of the cell in milliseconds.
-    pub elapsed_ms: u64,
-    /// The picture data for the HTML report.
-    #[serde(skip)]
-    pub(crate) timeline: Option<report::Timeline>,
-}
-
-impl CellResult {
-    fn empty(
-        workload: Workload,
-        fault: Fault,
-        strategy: Strategy,
-        status: CellStatus,
-        note: String,
-    ) -> Self {
-        Self {
-            workload,
-            fault,
-            strategy,
-            status,
-            operations: 0,
-            faults_injected: 0,
-            violations: None,
-            violation_kind: checker::violation_kind(workload),
-            stalls: 0,
-            lock_without_expiry: false,
-            accepted_writes: 0,
-            refused_stale: 0,
-            refused_by_guard: 0,
-            overlapping_holders: None,
-            safe_by_design: strategy.safe_by_design(),
-            note,
-            elapsed_ms: 0,
-            timeline: None,
-        }
-    }
-
-    /// Whether the lock stopped being available to anyone (a stall or a lock that never expires).
-    pub fn stalled(&self) -> bool {
-        self.stalls > 0 || self.lock_without_expiry
-    }
-
-    /// Whether a strategy documented as safe failed here.
-    pub(crate) fn broke_a_promise(&self) -> bool {
-        self.safe_by_design && (self.violations.unwrap_or(0) > 0 || self.stalled())
-    }
-}
-
-/// Timings of one cell, derived from the lease TTL. Every cell runs the same timeline: warm-up,
-/// then per injection a gap and a fault window, then a cool-down.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timing {
-    pub(crate) ttl: Duration,
-    warmup: Duration,
-    gap: Duration,
-    /// How long a fault lasts (and how far a clock jumps): three lease TTLs, so the target's lock
-    /// has surely expired and another worker has had time to take it and write.
-    pub(crate) hold: Duration,
-    cooldown: Duration,
-    /// Injections per cell, and for the faults that take seconds each (a Sentinel or Cluster
-    /// failover waits for a failure to be detected and a replica elected).
-    injections: u32,
-    slow_injections: u32,
-    /// How long to wait for some worker to reach a write inside its critical section.
-    target_wait: Duration,
-    /// A lock wait longer than this is a stall. Far above any wait the faults cause by design
-    /// (a fault window plus a TTL plus a waiter's jitter, about 1 s at the default TTL).
-    pub(crate) stall_after: Duration,
-}
-
-impl Timing {
-    fn new(args: &VerifyArgs) -> Self {
-        let ttl = Duration::from_millis(args.ttl_ms);
-        Self {
-            ttl,
-            warmup: Duration::from_millis(200).max(ttl),
-            gap: Duration::from_millis(100).max(ttl / 2),
-            hold: ttl * 3,
-            cooldown: Duration::from_millis(200).max(ttl),
-            injections: args.injections.unwrap_or(if args.quick { 1 } else { 5 }),
-            slow_injections: args.injections.unwrap_or(if args.quick { 1 } else { 2 }),
-            target_wait: Duration::from_secs(2).max(ttl * 10),
-            stall_after: Duration::from_secs(5).max(ttl * 25),
-        }
-    }
-
-    /// Injections in a cell of `fault`.
-    pub(crate) fn injections(&self, fault: Fault) -> u32 {
-        if fault.slow() {
-            self.slow_injections
-        } else {
-            self.injections
-        }
-    }
-
-    /// An estimate of one cell's wall time, for the announcement: the timeline plus what starting
-    /// servers and workers and stopping them takes on a busy 2-core machine (a Sentinel set or a
-    /// Cluster takes seconds to start, and each of its failovers seconds more).
-    fn estimate(&self, fault: Fault) -> Duration {
-        let (start, per_injection) = if fault.slow() {
-            (Duration::from_secs(4), Duration::from_secs(5))
-        } else {
-            (Duration::from_millis(300), Duration::from_millis(60))
-        };
-        start
-            + self.warmup
-            + (self.gap + self.hold + per_injection) * self.injections(fault)
-            + self.cooldown
-    }
-}
-
-/// Everything shared by the cells of one run.
-#[derive(Debug)]
-pub(crate) struct RunContext {
-    pub(crate) exe: PathBuf,
-    pub(crate) database: String,
-    run_id: String,
-    pub(crate) user_redis: Option<String>,
-    pub(crate) workers: u32,
-    pub(crate) timing: Timing,
-    /// Keeps the default SQLite file alive for the run.
-    _tmp: Option<tempfile::TempDir>,
-}
+use super::rig::{split_redis_url, LeaseStores, Log, RunContext, Servers, Timing, WorkerSpec};
+use super::worker::{now_ms, Event};
+use super::{Fault, Strategy, VerifyArgs, Workload};
 
 fn pick<T: Clone>(chosen: &[T], all: &[T]) -> Vec<T> {
     if chosen.is_empty() {
@@ -218,6 +42,16 @@ fn plan(args: &VerifyArgs) -> Vec<(Workload, Fault, Strategy)> {
                 continue;
             }
             for &s in &strategies {
+                // The quick run takes the strategies on PostgreSQL and etcd on the counter only:
+                // their store's behaviour does not depend on the workload, and an etcd cell takes
+                // seconds (its fault window outlasts etcd's minimum lease).
+                if args.quick
+                    && args.workload.is_empty()
+                    && (s.on_postgres() || s.on_etcd())
+                    && w != Workload::Counter
+                {
+                    continue;
+                }
                 cells.push((w, f, s));
             }
         }
@@ -261,6 +95,7 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
         user_redis: args.redis.clone(),
         workers: args.workers,
         timing: Timing::new(&args),
+        stores: LeaseStores::default(),
         _tmp: tmp,
     };
     let cells = plan(&args);
@@ -269,14 +104,17 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
             "no cells to run: the --workload/--fault/--strategy filters exclude everything"
         );
     }
-    let runnable: Vec<Fault> = cells
+    let runnable: Vec<(Workload, Fault, Strategy)> = cells
         .iter()
+        .copied()
         .filter(|(_, f, s)| applicability(*f, *s, ctx.user_redis.is_some()).is_none())
-        .map(|c| c.1)
         .collect();
-    let estimate: Duration = runnable.iter().map(|f| ctx.timing.estimate(*f)).sum();
+    let estimate: Duration = runnable
+        .iter()
+        .map(|(_, f, s)| ctx.timing.estimate(*f, *s))
+        .sum();
     eprintln!(
-        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover); {}.",
+        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover and per cell on PostgreSQL or etcd); {}.",
         cells.len(),
         runnable.len(),
         cells.len() - runnable.len(),
@@ -454,156 +292,6 @@ fn command_line(args: &VerifyArgs) -> String {
     s
 }
 
-/// One running cell: its workers, its Redis and what happened so far. The fault arms
-/// (`faults.rs`) work on it.
-#[derive(Debug)]
-pub(crate) struct Cell<'a> {
-    pub(crate) ctx: &'a RunContext,
-    pub(crate) spec: WorkerSpec<'a>,
-    pub(crate) log: Arc<Log>,
-    pub(crate) workers: Vec<WorkerProc>,
-    pub(crate) redis: Option<Servers>,
-    pub(crate) notes: Vec<String>,
-    /// When the replication link was last cut and the last failover began (ms, this machine's
-    /// clock), for the stall evidence.
-    pub(crate) replication_cut_ms: Option<i64>,
-    pub(crate) failover_ms: Option<i64>,
-    /// The first lock seen held with no expiry.
-    stuck_lock: Option<StuckLock>,
-    /// Faults injected so far in this cell (the Redlock faults take turns among the masters).
-    pub(crate) injected: u32,
-    /// Redlock master faults that found the target's lease on fewer than all three masters.
-    pub(crate) bare_majorities: u32,
-    /// Targets let go because their lease stood on a bare majority (see `Cell::suits`).
-    passed_over: u32,
-}
-
-/// A lock the harness saw held with no expiry.
-#[derive(Debug)]
-struct StuckLock {
-    /// Where it was seen ("on the promoted replica", "at the end of the cell").
-    seen: String,
-    /// Its token, to find its holder in the log.
-    token: String,
-    cut_ms: Option<i64>,
-    failover_ms: Option<i64>,
-}
-
-impl Cell<'_> {
-    /// Starts a worker process for `slot`, continuing at operation `start_op`.
-    pub(crate) async fn spawn(&self, slot: u32, start_op: u64) -> anyhow::Result<WorkerProc> {
-        let urls = self
-            .redis
-            .as_ref()
-            .map(|r| r.urls(slot))
-            .unwrap_or_default();
-        spawn_worker(self.ctx, &self.log, self.spec, slot, urls, start_op).await
-    }
-
-    /// Looks for a lock that will never expire and remembers the first sighting (`where_`, the
-    /// token) for the cell's note.
-    pub(crate) async fn check_lock(&mut self, where_: &str) -> bool {
-        let (Some(redis), Some(key)) = (
-            self.redis.as_ref(),
-            lock_key(self.spec.strategy, self.spec.key),
-        ) else {
-            return false;
-        };
-        let Some(token) = redis.lock_without_expiry(&key).await else {
-            return false;
-        };
-        if self.stuck_lock.is_none() {
-            self.stuck_lock = Some(StuckLock {
-                seen: where_.to_owned(),
-                token,
-                cut_ms: self.replication_cut_ms,
-                failover_ms: self.failover_ms,
-            });
-        }
-        true
-    }
-
-    /// What the log says of the stuck lock, once the cell is over: whose it was, when it was taken
-    /// and released, against the replication cut and the failover.
-    fn stuck_lock_note(&self) -> Option<String> {
-        let stuck = self.stuck_lock.as_ref()?;
-        let mut note = format!(
-            "lock held with no expiry {} (same token, PTTL -1, at two looks 100 ms apart)",
-            stuck.seen
-        );
-        if let Some(LockStory {
-            slot,
-            op,
-            taken_ms: at,
-            released,
-        }) = self.log.lock_taken_with(&stuck.token)
-        {
-            let rel = |t: i64| match stuck.cut_ms {
-                Some(cut) => format!("{:+} ms from the replication cut", t - cut),
-                None => format!("at {t} ms"),
-            };
-            let side = |t: i64| match stuck.failover_ms {
-                Some(f) if t < f => " (before the failover, on the old primary)",
-                Some(_) => " (after the failover)",
-                None => "",
-            };
-            note.push_str(&format!(
-                ": worker {slot}'s lock of op {op}, taken (SETNX, then PEXPIRE) {}; {}",
-                rel(at),
-                match released {
-                    Some((r, outcome)) => format!(
-                        "its release {}{} {}",
-                        rel(r),
-                        side(r),
-                        match outcome {
-                            Ok(true) => "deleted a lock".to_owned(),
-                            Ok(false) => "found no lock".to_owned(),
-                            Err(e) => format!("failed: {e}"),
-                        }
-                    ),
-                    None => "never released".into(),
-                }
-            ));
-        }
-        Some(note)
-    }
-
-    /// Asks every worker to stop at its next hold point and returns the first to get there (the
-    /// others are let go), or `None` if none does within the target wait.
-    async fn choose_target(&mut self) -> Option<u32> {
-        let since = self.log.len();
-        for w in &mut self.workers {
-            w.send("hold").await;
-        }
-        let held = self
-            .log
-            .wait_for(since, self.ctx.timing.target_wait, |_, ev| {
-                matches!(ev, Event::Held { .. })
-            })
-            .await;
-        for w in &mut self.workers {
-            w.send("unhold").await;
-        }
-        let slot = if held {
-            self.log.first_held_since(since)?
-        } else {
-            return None;
-        };
-        // Let go of any other worker that stopped at the same moment: it was not the target.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        for (other, w) in self.workers.iter_mut().enumerate() {
-            if other as u32 != slot
-                && self.log.find_since(since, |s, ev| {
-                    s == other as u32 && matches!(ev, Event::Held { .. })
-                })
-            {
-                w.send("go").await;
-            }
-        }
-        Some(slot)
-    }
-}
-
 async fn run_cell(
     ctx: &RunContext,
     index: usize,
@@ -653,16 +341,19 @@ async fn run_cell_inner(
         guards.close().await;
     }
     let redis = if strategy.uses_redis() {
-        Some(Servers::start(ctx, fault, strategy).await?)
+        Some(Servers::start(ctx, fault.needs(), strategy).await?)
     } else {
         None
     };
+    let lease_store = ctx.stores.url_for(strategy).await?;
     let mut cell = Cell {
         ctx,
         spec,
         log: Arc::new(Log::default()),
         workers: Vec::new(),
         redis,
+        lease_store,
+        timing: ctx.timing.for_strategy(strategy),
         notes: Vec::new(),
         replication_cut_ms: None,
         failover_ms: None,
@@ -670,8 +361,9 @@ async fn run_cell_inner(
         injected: 0,
         bare_majorities: 0,
         passed_over: 0,
+        leaders_killed: 0,
     };
-    let t = ctx.timing;
+    let t = cell.timing;
     let cell_start = now_ms();
     for slot in 0..ctx.workers {
         let w = cell.spawn(slot, 0).await?;
@@ -747,7 +439,7 @@ async fn run_cell_inner(
         }
         injected += 1;
         cell.injected += 1;
-        windows.push(report::FaultWindow {
+        windows.push(FaultWindow {
             slot,
             start_ms: start,
             end_ms: now_ms(),
@@ -871,6 +563,12 @@ async fn run_cell_inner(
             cell.bare_majorities
         ));
     }
+    if fault == Fault::MemberKill && injected > 0 {
+        notes.push(format!(
+            "{} of {injected} member kills hit the etcd leader",
+            cell.leaders_killed
+        ));
+    }
     if !stall_spans.is_empty() {
         notes.push(format!(
             "{} lock waits gave up after {} ms ({no_expiry_stalls} of them found the lock held with no expiry)",
@@ -881,7 +579,7 @@ async fn run_cell_inner(
     if failures > 0 {
         notes.push(format!("{failures} failed attempts retried"));
     }
-    let timeline = report::Timeline {
+    let timeline = Timeline {
         start_ms: cell_start,
         end_ms: cell_end,
         slots: ctx.workers,
@@ -894,7 +592,7 @@ async fn run_cell_inner(
             .collect(),
         refusals,
         stalls: stall_spans.clone(),
-        uses_lock: strategy.uses_redis(),
+        uses_lock: strategy.locks(),
     };
     Ok(CellResult {
         workload,
@@ -910,7 +608,7 @@ async fn run_cell_inner(
         accepted_writes: history.len() as u64,
         refused_stale: stale,
         refused_by_guard: guarded,
-        overlapping_holders: strategy.uses_redis().then_some(overlap_pairs),
+        overlapping_holders: strategy.locks().then_some(overlap_pairs),
         safe_by_design: strategy.safe_by_design(),
         note: notes.join("; "),
         elapsed_ms: 0,
@@ -938,10 +636,19 @@ mod tests {
             ..VerifyArgs::default()
         };
         let cells = plan(&args);
+        let on_stores = Strategy::value_variants()
+            .iter()
+            .filter(|s| s.on_postgres() || s.on_etcd())
+            .count();
+        assert_eq!(on_stores, 4);
         assert_eq!(
             cells.iter().filter(|c| c.1 == Fault::Pause).count(),
-            Workload::value_variants().len() * Strategy::value_variants().len()
+            Workload::value_variants().len() * (Strategy::value_variants().len() - on_stores)
+                + on_stores
         );
+        assert!(cells
+            .iter()
+            .all(|c| !(c.2.on_postgres() || c.2.on_etcd()) || c.0 == Workload::Counter));
         assert!(cells
             .iter()
             .all(|c| c.1 == Fault::Pause || c.0 == Workload::Counter));
@@ -989,9 +696,17 @@ mod tests {
             .map(|c| t.injections(c.1))
             .sum();
         assert!(planned >= 1_200, "{planned} injections planned");
-        // And the announced estimate stays inside half an hour.
-        let estimate: Duration = runnable(&cells).iter().map(|c| t.estimate(c.1)).sum();
-        assert!(estimate < Duration::from_secs(30 * 60), "{estimate:?}");
+        // The strategies on PostgreSQL and etcd take 2 injections per cell, as the slow failovers.
+        for s in [Strategy::PgLease, Strategy::EtcdLeaseFence] {
+            assert_eq!(t.for_strategy(s).injections(Fault::Pause), 2, "{s}");
+        }
+        // And the announced estimate stays inside 35 minutes. It is pessimistic for the Redis
+        // cells (the last full run took 20 min 35 s where 27 minutes were announced for them) and
+        // less so for the PostgreSQL and etcd cells (4 min 40 s measured, about 7 minutes
+        // announced), so the run itself stays inside half an hour (docs/verification.md has the
+        // figures).
+        let estimate: Duration = runnable(&cells).iter().map(|c| t.estimate(c.1, c.2)).sum();
+        assert!(estimate < Duration::from_secs(35 * 60), "{estimate:?}");
     }
 
     #[test]
@@ -1002,7 +717,8 @@ mod tests {
             let na = applicability(*f, Strategy::DbGuards, false);
             assert_eq!(
                 na.map(|n| n.0),
-                needs.redis.then_some(CellStatus::NotApplicable),
+                (needs.redis || needs.pg_store || needs.etcd_store)
+                    .then_some(CellStatus::NotApplicable),
                 "{f}"
             );
             for s in [Strategy::Lease, Strategy::Redlock] {
@@ -1060,6 +776,30 @@ mod tests {
                 !na(f, Strategy::Lease) && !na(f, Strategy::LeaseFence),
                 "{f}"
             );
+        }
+        // The lease-store faults apply to their store's strategies only, and of the Redis faults
+        // none applies to those.
+        use clap::ValueEnum as _;
+        for s in Strategy::value_variants() {
+            assert_eq!(!na(Fault::PgRestart, *s), s.on_postgres(), "{s}");
+            assert_eq!(!na(Fault::MemberKill, *s), s.on_etcd(), "{s}");
+        }
+        for s in [
+            Strategy::PgLease,
+            Strategy::PgLeaseFence,
+            Strategy::EtcdLease,
+            Strategy::EtcdLeaseFence,
+        ] {
+            for f in Fault::value_variants() {
+                let applies = matches!(f, Fault::None | Fault::Pause | Fault::Kill)
+                    || (*f == Fault::PgRestart && s.on_postgres())
+                    || (*f == Fault::MemberKill && s.on_etcd());
+                assert_eq!(!na(*f, s), applies, "{f} {s}");
+                // Their stores are the harness's own whatever Redis is given.
+                if applies {
+                    assert!(applicability(*f, s, true).is_none(), "{f} {s}");
+                }
+            }
         }
         for f in [
             Fault::Pause,

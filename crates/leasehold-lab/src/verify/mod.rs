@@ -1,25 +1,31 @@
 //! Fault-injection verification: which strategy keeps data correct under which fault, counted from
 //! the history the resource recorded.
 //!
-//! Promise: every cell (workload × fault × strategy) runs real worker processes against a real Redis
-//! (one server, Redlock's three masters, a Sentinel set or a Cluster) and a real SQL database,
-//! injects the fault for real (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays,
-//! cuts or swallows the traffic, a jump of a Redis server's wall clock, a Redlock master killed or
-//! restarted, a Sentinel or Cluster failover that loses the lock's write), several times per cell, and counts invariant violations from what the database accepted,
-//! and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations shows the
-//! bug did not happen in this run, not that it cannot; only the strategies documented as safe by
-//! design are expected to stay at 0 always.
+//! Promise: every cell (workload × fault × strategy) runs real worker processes against a real
+//! lease store (one Redis server, Redlock's three masters, a Sentinel set, a Cluster, a PostgreSQL
+//! server or a three-member etcd cluster) and a real SQL database, injects the fault for real
+//! (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays, cuts or swallows the
+//! traffic, a jump of a Redis server's wall clock, a Redlock master killed or restarted, a Sentinel
+//! or Cluster failover that loses the lock's write, the PostgreSQL store restarted, an etcd member
+//! killed), several times per cell, and counts invariant violations from what the database
+//! accepted, and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations
+//! shows the bug did not happen in this run, not that it cannot; only the strategies documented as
+//! safe by design are expected to stay at 0 always.
 //!
-//! Layout: `harness.rs` runs the cells, `faults.rs` is the fault table (what each fault needs and how
-//! it is done), `rig.rs` the servers, proxies and worker processes of a cell, `worker.rs` the worker
-//! process, its locks and its line protocol, `resource.rs` the SQL resource and its history,
-//! `checker.rs` turns a history into violations, `report.rs` writes the table, the JSON and the HTML
-//! timeline.
+//! Layout, each file depending only on those listed after it: `harness.rs` drives the run (which
+//! cells, each cell from start to verdict); `report.rs` writes the table, the JSON and the HTML
+//! timeline; `faults.rs` is the fault table (what each fault needs, where it applies, how it is
+//! done); `cell.rs` a cell's data (its result, its timeline, the running cell the faults act on);
+//! `rig.rs` what a run and its cells run on (the run's context and timings, the servers, proxies
+//! and worker processes); `worker.rs` the worker process, its locks and its line protocol;
+//! `checker.rs` turns a history into violations; `resource.rs` the SQL resource and its history.
 //!
 //! Adding a fault: a [`Fault`] variant, its line in `Fault::needs` and its arm in `Cell::inject`
-//! (`faults.rs`). Adding a strategy: a [`Strategy`] variant, its answers in the `Strategy` methods
-//! below, and its arms in the worker's `Locker` (`worker.rs`).
+//! (`faults.rs`; `Fault::slow` below if each injection takes seconds). Adding a strategy: a
+//! [`Strategy`] variant, its answers in the `Strategy` methods below, and its arms in the worker's
+//! `Locker` (`worker.rs`).
 
+mod cell;
 mod checker;
 mod faults;
 mod harness;
@@ -30,7 +36,7 @@ mod worker;
 
 use std::path::PathBuf;
 
-pub use harness::{CellResult, CellStatus};
+pub use cell::{CellResult, CellStatus};
 
 /// What the workers do to the resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -85,6 +91,13 @@ pub enum Fault {
     /// A Redis Cluster: the replica link of the master owning the lease's slot cut, then that master
     /// killed and its replica promoted by the cluster.
     ClusterFailover,
+    /// The PostgreSQL lease store is restarted (a fast shutdown and a start, same data) while a
+    /// holder is inside its critical section.
+    PgRestart,
+    /// One member of the three-member etcd lease store, the leader and a follower in turn (the
+    /// leader first), is killed while a holder is inside its critical section, and restarted after
+    /// the fault window: a minority lost, which the lease is meant to survive.
+    MemberKill,
 }
 
 /// How the workers coordinate.
@@ -106,17 +119,53 @@ pub enum Strategy {
     RedlockFence,
     /// No lock: unique index, conditional update, state check, inbox.
     DbGuards,
+    /// A leasehold lease from the PostgreSQL lease store; the fence is ignored.
+    PgLease,
+    /// A leasehold lease from the PostgreSQL lease store whose fence the resource checks in the
+    /// same transaction as each write, as `lease-fence` does.
+    PgLeaseFence,
+    /// A leasehold lease from a three-member etcd cluster; the fence is ignored.
+    EtcdLease,
+    /// A leasehold lease from a three-member etcd cluster whose fence the resource checks in the
+    /// same transaction as each write, as `lease-fence` does.
+    EtcdLeaseFence,
+}
+
+impl Fault {
+    /// Whether each injection takes seconds (a failure detected and a replica elected by sentinels
+    /// or by the cluster), so a full run does fewer of them per cell.
+    pub(crate) fn slow(self) -> bool {
+        matches!(self, Fault::SentinelFailover | Fault::ClusterFailover)
+    }
 }
 
 impl Strategy {
     /// Whether leasehold documents this strategy as keeping the data correct under every fault here.
     pub fn safe_by_design(self) -> bool {
-        matches!(self, Self::LeaseFence | Self::RedlockFence | Self::DbGuards)
+        self.fenced() || self == Self::DbGuards
     }
 
     /// Whether the resource checks the lease's fence with each write.
     pub fn fenced(self) -> bool {
-        matches!(self, Self::LeaseFence | Self::RedlockFence)
+        matches!(
+            self,
+            Self::LeaseFence | Self::RedlockFence | Self::PgLeaseFence | Self::EtcdLeaseFence
+        )
+    }
+
+    /// Whether the lease comes from the PostgreSQL lease store.
+    pub fn on_postgres(self) -> bool {
+        matches!(self, Self::PgLease | Self::PgLeaseFence)
+    }
+
+    /// Whether the lease comes from an etcd cluster.
+    pub fn on_etcd(self) -> bool {
+        matches!(self, Self::EtcdLease | Self::EtcdLeaseFence)
+    }
+
+    /// Whether the workers take a lock at all.
+    pub fn locks(self) -> bool {
+        self != Self::DbGuards
     }
 
     /// Whether the lock is a Redlock lease over three masters (else one server, or none).
@@ -132,7 +181,7 @@ impl Strategy {
 
     /// Whether the strategy talks to Redis at all.
     pub fn uses_redis(self) -> bool {
-        self != Self::DbGuards
+        self.locks() && !self.on_postgres() && !self.on_etcd()
     }
 }
 
@@ -153,9 +202,10 @@ display_as_value_enum!(Workload, Fault, Strategy);
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyArgs {
     /// A short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload
-    /// under the pause fault, and every fault on the counter workload, one injection per cell.
-    /// Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster
-    /// failovers, which take seconds each; about 21 minutes on 2 cores).
+    /// under the pause fault (the strategies on PostgreSQL and etcd on the counter only), and every
+    /// fault on the counter workload, one injection per cell. Without it, every cell of the matrix
+    /// with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and
+    /// for the strategies on PostgreSQL and etcd; under 30 minutes on 2 cores).
     #[arg(long)]
     pub quick: bool,
     /// Write the cells as a JSON array to this file.
@@ -188,7 +238,7 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub ttl_ms: u64,
     /// Fault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and
-    /// Cluster failovers).
+    /// Cluster failovers and for the strategies on PostgreSQL and etcd).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub injections: Option<u32>,
     /// The executable to spawn workers from (default: this program). For tests.
@@ -228,6 +278,10 @@ pub struct WorkerArgs {
     /// for Redlock.
     #[arg(long)]
     pub redis: Vec<String>,
+    /// The lease store's URL (postgres://… or etcd://…) for the strategies whose lease is not on
+    /// Redis.
+    #[arg(long)]
+    pub lease_store: Option<String>,
     /// Database URL.
     #[arg(long)]
     pub database: String,

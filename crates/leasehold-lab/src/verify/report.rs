@@ -6,36 +6,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use super::cell::{CellResult, CellStatus, Timeline};
 use super::checker::Interval;
-use super::harness::{CellResult, CellStatus};
 use super::{Fault, Strategy, Workload};
-
-/// When a fault was applied to which worker.
-#[derive(Debug, Clone)]
-pub(crate) struct FaultWindow {
-    pub(crate) slot: u32,
-    pub(crate) start_ms: i64,
-    pub(crate) end_ms: i64,
-    pub(crate) label: String,
-}
-
-/// What one cell's timeline shows.
-#[derive(Debug, Clone)]
-pub(crate) struct Timeline {
-    pub(crate) start_ms: i64,
-    pub(crate) end_ms: i64,
-    pub(crate) slots: u32,
-    pub(crate) intervals: Vec<Interval>,
-    pub(crate) overlaps: Vec<(i64, i64)>,
-    pub(crate) faults: Vec<FaultWindow>,
-    /// Accepted writes: (database time, writer slot, whether it violated the invariant).
-    pub(crate) writes: Vec<(i64, i64, bool)>,
-    /// Stale writes the resource refused: (time, slot, fence).
-    pub(crate) refusals: Vec<(i64, u32, i64)>,
-    /// Lock waits that gave up: (start, end, slot).
-    pub(crate) stalls: Vec<(i64, i64, u32)>,
-    pub(crate) uses_lock: bool,
-}
 
 fn cell_text(r: &CellResult) -> (String, String, String, String) {
     match r.status {

@@ -539,7 +539,7 @@ impl Resource {
     }
 }
 
-/// The fenced strategies' (lease-fence, redlock-fence) writes, through leasehold's own fenced transactions
+/// The fenced strategies' writes (`Strategy::fenced`), through leasehold's own fenced transactions
 /// ([`leasehold::db::Database::begin_fenced`]): the fence is checked and stored first thing in the
 /// transaction that carries the business write.
 #[derive(Debug)]

@@ -1,4 +1,5 @@
-//! What one cell runs on: its Redis (one private server or the user's, Redlock's three masters, a
+//! What a run and its cells run on: the run's context and timings, what a fault needs from a
+//! cell's servers, a cell's Redis (one private server or the user's, Redlock's three masters, a
 //! Sentinel set or a Cluster), its worker processes, and the log of what they said.
 //!
 //! One server and Redlock's masters are reached through one proxy per worker slot (per master), so
@@ -9,6 +10,7 @@
 //! will never expire from one that is merely held; it cannot see a lock's history.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,12 +20,223 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 
-use leasehold_testkit::{Proxy, RedisCluster, RedisServer, SentinelSet};
+use leasehold_testkit::{
+    EtcdCluster, PostgresServer, Proxy, RedisCluster, RedisServer, SentinelSet,
+};
 
-use super::faults::Deployment;
-use super::harness::RunContext;
 use super::worker::{now_ms, Event};
-use super::{Fault, Strategy, Workload};
+use super::{Fault, Strategy, VerifyArgs, Workload};
+
+/// Timings of one cell, derived from the lease TTL. Every cell runs the same timeline: warm-up,
+/// then per injection a gap and a fault window, then a cool-down.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub(crate) ttl: Duration,
+    pub(crate) warmup: Duration,
+    pub(crate) gap: Duration,
+    /// How long a fault lasts (and how far a clock jumps): three lease TTLs, so the target's lock
+    /// has surely expired and another worker has had time to take it and write.
+    pub(crate) hold: Duration,
+    pub(crate) cooldown: Duration,
+    /// Injections per cell, and for the faults that take seconds each (a Sentinel or Cluster
+    /// failover waits for a failure to be detected and a replica elected).
+    pub(crate) injections: u32,
+    pub(crate) slow_injections: u32,
+    /// How long to wait for some worker to reach a write inside its critical section.
+    pub(crate) target_wait: Duration,
+    /// A lock wait longer than this is a stall. Far above any wait the faults cause by design
+    /// (a fault window plus a TTL plus a waiter's jitter, about 1 s at the default TTL).
+    pub(crate) stall_after: Duration,
+}
+
+/// The shortest lease etcd keeps: one and a half election timeouts rounded up to a second, 2 s
+/// with etcd's default timings (which the test cluster uses). A holder's lease lives on in etcd at
+/// least this long after its last renewal, whatever TTL it asked for.
+pub(crate) const ETCD_MIN_LEASE: Duration = Duration::from_secs(2);
+
+impl Timing {
+    pub(crate) fn new(args: &VerifyArgs) -> Self {
+        let ttl = Duration::from_millis(args.ttl_ms);
+        Self {
+            ttl,
+            warmup: Duration::from_millis(200).max(ttl),
+            gap: Duration::from_millis(100).max(ttl / 2),
+            hold: ttl * 3,
+            cooldown: Duration::from_millis(200).max(ttl),
+            injections: args.injections.unwrap_or(if args.quick { 1 } else { 5 }),
+            slow_injections: args.injections.unwrap_or(if args.quick { 1 } else { 2 }),
+            target_wait: Duration::from_secs(2).max(ttl * 10),
+            stall_after: Duration::from_secs(5).max(ttl * 25),
+        }
+    }
+
+    /// The timings of a cell of `strategy`. The strategies on PostgreSQL and etcd get as many
+    /// injections as the slow failovers (2 in a full run), which keeps the full matrix inside half
+    /// an hour. On etcd a fault window must also outlast etcd's own minimum lease
+    /// ([`ETCD_MIN_LEASE`]), not only the TTL the workers ask for, or the lease would still stand
+    /// in etcd when the window ends and no fault could show.
+    pub(crate) fn for_strategy(self, strategy: Strategy) -> Self {
+        if !(strategy.on_postgres() || strategy.on_etcd()) {
+            return self;
+        }
+        let fewer = Self {
+            injections: self.slow_injections,
+            ..self
+        };
+        if !strategy.on_etcd() {
+            return fewer;
+        }
+        // A waiter may wait out a whole fault window and then etcd's own expiry of the lost
+        // holder's lease (and its place in the queue of waiters), twice over for a member kill
+        // that also costs an election.
+        let hold = ETCD_MIN_LEASE + self.hold;
+        Self {
+            hold,
+            target_wait: self.target_wait.max(hold * 2),
+            stall_after: self.stall_after.max((hold + ETCD_MIN_LEASE) * 2),
+            ..fewer
+        }
+    }
+
+    /// Injections in a cell of `fault`.
+    pub(crate) fn injections(&self, fault: Fault) -> u32 {
+        if fault.slow() {
+            self.slow_injections
+        } else {
+            self.injections
+        }
+    }
+
+    /// An estimate of one cell's wall time, for the announcement: the timeline plus what starting
+    /// servers and workers and stopping them takes on a busy 2-core machine (a Sentinel set or a
+    /// Cluster takes seconds to start, and each of its failovers seconds more).
+    /// A store restart or an etcd member's restart takes about a second.
+    pub(crate) fn estimate(&self, fault: Fault, strategy: Strategy) -> Duration {
+        let t = self.for_strategy(strategy);
+        let (start, per_injection) = if fault.slow() {
+            (Duration::from_secs(4), Duration::from_secs(5))
+        } else if matches!(fault, Fault::PgRestart | Fault::MemberKill) {
+            (Duration::from_millis(300), Duration::from_millis(1_000))
+        } else {
+            (Duration::from_millis(300), Duration::from_millis(60))
+        };
+        start + t.warmup + (t.gap + t.hold + per_injection) * t.injections(fault) + t.cooldown
+    }
+}
+
+/// Everything shared by the cells of one run.
+#[derive(Debug)]
+pub(crate) struct RunContext {
+    pub(crate) exe: PathBuf,
+    pub(crate) database: String,
+    pub(crate) run_id: String,
+    pub(crate) user_redis: Option<String>,
+    pub(crate) workers: u32,
+    pub(crate) timing: Timing,
+    /// The PostgreSQL and etcd lease stores, started at their first cell.
+    pub(crate) stores: LeaseStores,
+    /// Keeps the default SQLite file alive for the run.
+    pub(crate) _tmp: Option<tempfile::TempDir>,
+}
+
+/// The lease stores that are not Redis: a private PostgreSQL server and a three-member etcd
+/// cluster, each started once per run at its first cell and shared by the cells after it (each
+/// cell's leases under its own key prefix), since making a PostgreSQL cluster or an etcd cluster
+/// takes seconds. They are the harness's own, so `pg-restart` and `member-kill` act on them for
+/// real; the run's database (the resource) is never one of them. Cells run one at a time, and a
+/// fault leaves its store running again, so a cell starts from a healthy store.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseStores {
+    pub(crate) postgres: Mutex<Option<PostgresServer>>,
+    pub(crate) etcd: Mutex<Option<EtcdCluster>>,
+}
+
+/// Members of the etcd lease store: three, so that one can be lost.
+pub(crate) const ETCD_MEMBERS: usize = 3;
+
+impl LeaseStores {
+    /// The URL of `strategy`'s lease store, started if it is not yet; `None` for a strategy whose
+    /// lease is on Redis (or that takes none).
+    pub(crate) async fn url_for(&self, strategy: Strategy) -> anyhow::Result<Option<String>> {
+        if strategy.on_postgres() {
+            let running = self
+                .postgres
+                .lock()
+                .ok()
+                .and_then(|pg| pg.as_ref().map(|s| s.url()));
+            if let Some(url) = running {
+                return Ok(Some(url));
+            }
+            let server = tokio::task::spawn_blocking(PostgresServer::start)
+                .await?
+                .context("cannot start a private PostgreSQL for the lease store")?;
+            let url = server.url();
+            let db = leasehold::db::Database::connect(&url).await?;
+            db.migrate().await?;
+            db.close().await;
+            if let Ok(mut pg) = self.postgres.lock() {
+                *pg = Some(server);
+            }
+            return Ok(Some(url));
+        }
+        if strategy.on_etcd() {
+            let running = self
+                .etcd
+                .lock()
+                .ok()
+                .and_then(|e| e.as_ref().map(|c| c.url()));
+            if let Some(url) = running {
+                return Ok(Some(url));
+            }
+            let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(ETCD_MEMBERS))
+                .await?
+                .context("cannot start an etcd cluster for the lease store")?;
+            let url = cluster.url();
+            if let Ok(mut etcd) = self.etcd.lock() {
+                *etcd = Some(cluster);
+            }
+            return Ok(Some(url));
+        }
+        Ok(None)
+    }
+}
+
+/// The Redis deployment a fault runs on, for the strategies on one Redis (Redlock strategies always
+/// run on their three masters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Deployment {
+    /// One server (with a replica for `failover`).
+    #[default]
+    Standalone,
+    /// A primary and a replica under three sentinels.
+    Sentinel,
+    /// A Redis Cluster of three masters with a replica each.
+    Cluster,
+}
+
+/// What a fault needs from a cell.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Needs {
+    /// It acts on the strategy's Redis: not applicable to a strategy without one.
+    pub(crate) redis: bool,
+    /// It kills, restarts or re-clocks a server: only on servers the harness runs (skipped with
+    /// `--redis`).
+    pub(crate) own_redis: bool,
+    /// A replica behind a replication link the harness can cut.
+    pub(crate) replica: bool,
+    /// The primary (for Redlock: one master) runs under a fake wall clock (libfaketime).
+    pub(crate) fake_clock: bool,
+    /// It is defined on one Redis deployment (the single-server strategies).
+    pub(crate) one_deployment: bool,
+    /// It is defined on Redlock's three masters.
+    pub(crate) redlock: bool,
+    /// What it runs on, for the single-server strategies.
+    pub(crate) deployment: Deployment,
+    /// It acts on the PostgreSQL lease store.
+    pub(crate) pg_store: bool,
+    /// It acts on the etcd lease store.
+    pub(crate) etcd_store: bool,
+}
 
 /// Splits a Redis URL into (before host, host:port, after) so the host can be swapped for a proxy.
 pub(crate) fn split_redis_url(url: &str) -> anyhow::Result<(String, String, String)> {
@@ -63,17 +276,16 @@ impl Servers {
     /// Starts what `strategy` under `fault` runs on.
     pub(crate) async fn start(
         ctx: &RunContext,
-        fault: Fault,
+        needs: Needs,
         strategy: Strategy,
     ) -> anyhow::Result<Self> {
-        let needs = fault.needs();
         if strategy.redlock() {
             return Ok(Self::Redlock(
                 RedlockSetup::start(ctx, needs.fake_clock).await?,
             ));
         }
         Ok(match needs.deployment {
-            Deployment::Standalone => Self::One(Box::new(RedisSetup::start(ctx, fault).await?)),
+            Deployment::Standalone => Self::One(Box::new(RedisSetup::start(ctx, needs).await?)),
             Deployment::Sentinel => Self::Sentinel(SentinelSetup {
                 set: tokio::task::spawn_blocking(SentinelSet::start).await??,
                 failing: None,
@@ -227,8 +439,7 @@ pub(crate) struct RedisSetup {
 }
 
 impl RedisSetup {
-    pub(crate) async fn start(ctx: &RunContext, fault: Fault) -> anyhow::Result<Self> {
-        let needs = fault.needs();
+    pub(crate) async fn start(ctx: &RunContext, needs: Needs) -> anyhow::Result<Self> {
         let mut setup = match &ctx.user_redis {
             Some(url) => {
                 let (head, hostport, tail) = split_redis_url(url)?;
@@ -576,13 +787,24 @@ pub(crate) struct WorkerSpec<'a> {
     pub(crate) key: &'a str,
 }
 
+/// Where a worker takes its lock.
+#[derive(Debug, Default)]
+pub(crate) struct LockUrls<'a> {
+    /// Its Redis URLs: one (through its proxy, or a Sentinel or Cluster URL), or one per Redlock
+    /// master.
+    pub(crate) redis: Vec<String>,
+    /// The lease store's URL when it is not Redis (PostgreSQL, etcd).
+    pub(crate) lease_store: Option<&'a str>,
+}
+
 /// Starts the worker for `slot`, its events going to `log`.
 pub(crate) async fn spawn_worker(
     ctx: &RunContext,
     log: &Arc<Log>,
     spec: WorkerSpec<'_>,
     slot: u32,
-    redis_urls: Vec<String>,
+    lock: LockUrls<'_>,
+    timing: Timing,
     start_op: u64,
 ) -> anyhow::Result<WorkerProc> {
     let mut cmd = Command::new(&ctx.exe);
@@ -593,18 +815,18 @@ pub(crate) async fn spawn_worker(
         .args(["--prefix", spec.prefix])
         .args(["--key", spec.key])
         .args(["--slot", &slot.to_string()])
-        .args(["--ttl-ms", &ctx.timing.ttl.as_millis().to_string()])
-        .args([
-            "--stall-ms",
-            &ctx.timing.stall_after.as_millis().to_string(),
-        ])
+        .args(["--ttl-ms", &timing.ttl.as_millis().to_string()])
+        .args(["--stall-ms", &timing.stall_after.as_millis().to_string()])
         .args(["--start-op", &start_op.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    for url in redis_urls {
+    for url in lock.redis {
         cmd.args(["--redis", &url]);
+    }
+    if let Some(url) = lock.lease_store {
+        cmd.args(["--lease-store", url]);
     }
     let mut child = cmd
         .spawn()

@@ -120,7 +120,12 @@ pub(crate) fn lock_key(strategy: Strategy, key: &str) -> Option<String> {
         Strategy::Lease | Strategy::LeaseFence | Strategy::Redlock | Strategy::RedlockFence => {
             LeaseKeys::new(key, LEASE_NAME).ok().map(|k| k.lock)
         }
-        Strategy::DbGuards => None,
+        // Not on Redis: the harness has no key of theirs to look at.
+        Strategy::DbGuards
+        | Strategy::PgLease
+        | Strategy::PgLeaseFence
+        | Strategy::EtcdLease
+        | Strategy::EtcdLeaseFence => None,
     }
 }
 
@@ -223,6 +228,24 @@ impl Locker {
                     .key_prefix(args.key.clone())
                     .response_timeout(bound)
                     .connect_timeout(bound)
+                    .connect()
+                    .await?;
+                Self::Lease {
+                    client,
+                    name: LEASE_NAME.to_owned(),
+                    opts: LeaseOptions::with_ttl(ttl)?,
+                }
+            }
+            Strategy::PgLease
+            | Strategy::PgLeaseFence
+            | Strategy::EtcdLease
+            | Strategy::EtcdLeaseFence => {
+                let url = args
+                    .lease_store
+                    .as_deref()
+                    .context("this strategy needs --lease-store")?;
+                let client = LeaseClient::builder(url)
+                    .key_prefix(args.key.clone())
                     .connect()
                     .await?;
                 Self::Lease {

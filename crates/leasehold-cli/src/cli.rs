@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::duration;
 
@@ -14,6 +14,15 @@ use crate::duration;
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about)]
 pub(crate) struct Cli {
+    /// More on stderr: -v info (`run` says when it acquires and releases), -vv debug, -vvv trace.
+    ///
+    /// Log lines go to stderr through `tracing`; RUST_LOG (e.g. `RUST_LOG=leasehold=debug`), when
+    /// set, replaces what -v and -q choose.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub(crate) verbose: u8,
+    /// Less on stderr: errors only.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -32,44 +41,95 @@ pub(crate) enum Command {
         after_help = "Example: leasehold run --wait 30s --ttl 1m nightly-import -- ./import.sh --full"
     )]
     Run(RunArgs),
+    /// Campaign to lead NAME; run a command while leader, with the term in LEASEHOLD_TERM.
+    ///
+    /// Waits (in the store's queue, woken by the leader's release, never polling) until it leads,
+    /// advertises --value, then runs the command under the same supervision as `run`: stopped when
+    /// the leadership is lost, stopped by the watcher if `elect` dies. When the command ends the
+    /// leadership is resigned at once: the next candidate leads within a round trip, not a TTL.
+    /// With --again it then campaigns again (a standby replica), until a signal stops it.
+    ///
+    /// The term is a fencing token: present LEASEHOLD_TERM (the same as LEASEHOLD_FENCE) to fenced
+    /// writes so that a deposed leader's writes are refused.
+    ///
+    /// Exit codes: as `run`'s (the command's own; 2 bad usage; 69 store unreachable; 75 not leader
+    /// within --wait; 76 the leadership was lost and the command was stopped).
+    #[command(
+        after_help = "Example: leasehold elect --again --value \"$(hostname):8080\" scheduler -- ./scheduler"
+    )]
+    Elect(ElectArgs),
+    /// Show who leads an election: term, advertised value, holder, since when.
+    ///
+    /// Exit codes: 0 someone leads; 3 nobody leads; 2 bad usage; 69 store unreachable.
+    Leader(LeaderArgs),
+    /// Show what ran in each slot of a `run --once-per` job: outcome, holder, fence, start,
+    /// duration, exit code, attempts.
+    ///
+    /// Records are kept as long as the store keeps the slot's name (at least two periods).
+    History(HistoryArgs),
     /// Show whether a lease is held, for how long, its current fence and where the store keeps it.
     Status(StatusArgs),
     /// List leases whose name matches a glob pattern (default: all).
     List(ListArgs),
     /// UNSAFE operator override: take a lease away from its holder and advance its fence.
     Release(ReleaseArgs),
-    /// Create or upgrade leasehold's tables in a PostgreSQL or SQLite database: the lease table a
-    /// postgres:// store needs, and the tables of fenced writes, idempotency keys and the inbox.
+    /// Create or upgrade leasehold's tables in a PostgreSQL, MariaDB/MySQL or SQLite database: the
+    /// lease table a postgres:// or mysql:// store needs, and the tables of fenced writes, idempotency keys and the inbox.
     ///
     /// Run it once before the first `leasehold run --store postgres://…` (the store does not change
     /// the schema by itself). Idempotent and safe to run from several places at once.
     ///
-    /// Exit codes: 0 done; 2 bad URL or a database that refuses the credentials; 69 unreachable.
+    /// Exit codes: 0 done; 2 bad URL or no such database; 69 unreachable; 77 credentials refused.
     #[command(after_help = "Example: leasehold migrate --store postgres://app@db.internal/app")]
     Migrate(MigrateArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(
+        after_help = "Example: leasehold completions bash > ~/.local/share/bash-completion/completions/leasehold"
+    )]
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) to stdout.
+    #[command(after_help = "Example: leasehold man > ~/.local/share/man/man1/leasehold.1")]
+    Man,
     /// Tell the story live: each naive lock failing, and its fix.
+    #[cfg(feature = "lab")]
     Demo(leasehold_lab::demo::DemoArgs),
     /// Inject faults and count which strategy keeps data correct.
+    #[cfg(feature = "lab")]
     Verify(leasehold_lab::verify::VerifyArgs),
     /// Measure leasehold against the protocol's limit.
+    #[cfg(feature = "lab")]
     Bench(leasehold_lab::bench::BenchArgs),
+    #[cfg(feature = "lab")]
     #[command(name = "__demo-worker", hide = true)]
     DemoWorker(leasehold_lab::demo::WorkerArgs),
+    #[cfg(feature = "lab")]
     #[command(name = "__verify-worker", hide = true)]
     VerifyWorker(leasehold_lab::verify::WorkerArgs),
+    #[cfg(feature = "lab")]
     #[command(name = "__bench-worker", hide = true)]
     BenchWorker(leasehold_lab::bench::WorkerArgs),
     #[command(name = "__run-watcher", hide = true)]
     RunWatcher(crate::watcher::WatcherArgs),
 }
 
+/// Which shell a completion script is for.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
+}
+
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// The lease store: `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS); through
+    /// The lease store's URL: redis://, rediss://, redis-sentinel://, redis-cluster://, postgres://, etcd://.
+    ///
+    /// `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS); through
     /// Sentinel `redis-sentinel://[user:password@]host[:port][,host[:port]…][/db][?sentinel_password=…]#master`;
     /// a Redis Cluster `redis-cluster://[user:password@]host:port[,host:port…]` (`rediss-…` for TLS);
-    /// `postgres://user[:password]@host[:port]/database` (after `leasehold migrate`);
+    /// `postgres://user[:password]@host[:port]/database` or `mysql://…` / `mariadb://…` (MariaDB or
+    /// MySQL; after `leasehold migrate`);
     /// `etcd://[user:password@]host:port[,host:port…]` (the members of an etcd cluster) or `etcds://…`
     /// (TLS). Give a Redis URL an odd number of times, 3 or more, for Redlock over that many
     /// independent Redis masters (a majority must hold the lease). Also read from LEASEHOLD_STORE
@@ -83,7 +143,9 @@ pub(crate) struct StoreArgs {
         hide_env_values = true
     )]
     pub(crate) urls: Vec<String>,
-    /// Key prefix: the namespace of lease names in the store (Redis keys {PREFIX:NAME}:lock, :fence,
+    /// Key prefix: the namespace of lease names in the store.
+    ///
+    /// Redis keys {PREFIX:NAME}:lock, :fence,
     /// :queue and the like; the `prefix` column of PostgreSQL's leasehold_leases; etcd keys
     /// PREFIX/{NAME} and PREFIX/{NAME}/TOKEN).
     #[arg(
@@ -93,8 +155,10 @@ pub(crate) struct StoreArgs {
         default_value = "leasehold"
     )]
     pub(crate) key_prefix: String,
-    /// How long the store keeps what it knows of a name after its last use (on Redis the fence
-    /// key; the queue's keys live seconds), so that names no longer used leave nothing behind.
+    /// How long the store keeps what it knows of a name after its last use.
+    ///
+    /// On Redis the fence key; the queue's keys live seconds. Names no longer used leave nothing
+    /// behind.
     /// Fences stay increasing after it passes (they are at least the server's time in µs).
     #[arg(
         long,
@@ -104,6 +168,12 @@ pub(crate) struct StoreArgs {
         default_value = "1h"
     )]
     pub(crate) retention: Duration,
+    /// Use a Redis whose memory policy may evict lease keys (`maxmemory` with a `maxmemory-policy`
+    /// other than `noeviction`), which is refused otherwise: an evicted lock key lets a second
+    /// holder in while the first still runs. With it, leasehold warns once and a lease whose key
+    /// was evicted is reported lost at its next renewal. Fence the resource on such a Redis.
+    #[arg(long, env = "LEASEHOLD_ALLOW_EVICTION")]
+    pub(crate) allow_eviction: bool,
 }
 
 /// Used when neither `--store`/`--redis` nor an environment variable names a store.
@@ -130,48 +200,176 @@ impl StoreArgs {
     }
 }
 
+/// How a command runs under a lease, for `run` and `elect` alike.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SuperviseArgs {
+    /// Lease length on the server; renewed every third of it while the command runs.
+    ///
+    /// A holder (or leader) that stops renewing (crash, pause) keeps others out for at most this
+    /// long.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "30s")]
+    pub(crate) ttl: Duration,
+    /// Time between SIGTERM and SIGKILL when the command must stop.
+    ///
+    /// Applies to the command's process group and everything below it, when the lease is lost,
+    /// when leasehold dies, or to what the command left running when it exits.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
+    pub(crate) grace: Duration,
+    /// What to do when the lease becomes suspect: at risk before its deadline (renewals failing, or
+    /// the store's clock running faster than ours beyond the drift allowance).
+    ///
+    /// `warn` (the default) says so once on stderr and lets the command run on; `stop` stops the
+    /// command as a lost lease does (SIGTERM, SIGKILL after --grace) and exits 76.
+    #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnSuspect::Warn)]
+    pub(crate) on_suspect: OnSuspect,
+    /// Exit code when the lease (for `elect`, the leadership) is not had and no wait is left (like
+    /// flock -E).
+    #[arg(long, value_name = "CODE", default_value_t = crate::exit::BUSY,
+          value_parser = clap::value_parser!(i32).range(0..=255))]
+    pub(crate) busy_exit_code: i32,
+    /// Serve Prometheus metrics on this address, e.g. 127.0.0.1:9464.
+    ///
+    /// The metrics: wait, hold, renewals, lost leases.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_addr: Option<SocketAddr>,
+    /// Serve `/healthz` and `/leader` over HTTP on this address, e.g. 0.0.0.0:8081, for
+    /// Kubernetes probes and load balancers.
+    ///
+    /// `/healthz`: 503 while the lease held is suspect or lost, else 200 (a standby not holding is
+    /// healthy). `/leader`: who leads the name, as `leasehold leader --json` prints it with
+    /// `"self"`; 200 when this process leads, 503 when it does not (a readiness probe that routes
+    /// to the leader alone).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) health: Option<SocketAddr>,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
-    /// How long to wait for a busy lease before giving up (woken by the holder's release, not by
-    /// polling). 0, the default, tries once.
+    /// How long to wait for a busy lease; 0, the default, tries once.
+    ///
+    /// The wait is woken by the holder's release, not by polling.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "0")]
     pub(crate) wait: Duration,
-    /// Lease length on the server; renewed every third of it while the command runs. A holder that
-    /// stops renewing (crash, pause) keeps others out for at most this long.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "30s")]
-    pub(crate) ttl: Duration,
-    /// Hard cap on how long the command may hold the lease; when reached, the lease counts as lost and
-    /// the command is stopped (exit 76). Default: no cap.
+    #[command(flatten)]
+    pub(crate) supervise: SuperviseArgs,
+    /// Hard cap on how long the command may hold the lease (default: none).
+    ///
+    /// When reached, the lease counts as lost and the command is stopped (exit 76).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub(crate) max_hold: Option<Duration>,
-    /// Time between SIGTERM and SIGKILL to the command's process group and everything below it, when
-    /// the lease is lost, when `run` dies, or to what the command left running when it exits.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
-    pub(crate) grace: Duration,
-    /// Holders the name admits at once: 1 (the default) is a lock; more makes it a semaphore, and
-    /// this run holds one of its permits. Everyone using a name must give the same number while it is
-    /// in use.
+    /// Keep the lease at least this long after the command started, even if it ends sooner
+    /// (ShedLock's lockAtLeastFor; --once-per does not need it).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub(crate) min_hold: Option<Duration>,
+    /// Run the command at most once per slot of PERIOD (`1h`, `1d`): for a scheduled job fired on
+    /// every replica.
+    ///
+    /// "Now" maps to the slot whose start is nearest, so replicas whose clocks are apart by up to
+    /// half the period claim the same slot. The first runs the command under the slot's lease
+    /// (NAME@SLOT) with LEASEHOLD_SLOT in its environment; the slot is recorded done only when it
+    /// exits 0. Others exit --busy-exit-code while it runs, --done-exit-code once it is done. A
+    /// failed or lost run leaves the slot open for a later replica or retry, up to --max-attempts;
+    /// then the last attempt's code. `leasehold history NAME` shows every slot.
+    #[arg(long, value_name = "PERIOD", value_parser = duration::parse, conflicts_with_all = ["wait", "permits"])]
+    pub(crate) once_per: Option<Duration>,
+    /// Shift the slots of --once-per: `--once-per 1d --offset 2h` is daily at 02:00 UTC.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, requires = "once_per")]
+    pub(crate) offset: Option<Duration>,
+    /// Attempts of one slot (--once-per) before it is given up.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub(crate) max_attempts: u32,
+    /// Exit code when the slot was already done (--once-per).
+    #[arg(long, value_name = "CODE", default_value_t = 0,
+          value_parser = clap::value_parser!(i32).range(0..=255))]
+    pub(crate) done_exit_code: i32,
+    /// Holders the name admits at once: 1 (the default) is a lock, more a semaphore.
+    ///
+    /// This run holds one of the permits. Everyone using a name must give the same number while
+    /// it is in use.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub(crate) permits: u32,
-    /// Exit code when the lease is busy and no wait is left (like flock -E).
-    #[arg(long, value_name = "CODE", default_value_t = crate::exit::BUSY,
-          value_parser = clap::value_parser!(i32).range(0..=255))]
-    pub(crate) busy_exit_code: i32,
-    /// Serve Prometheus metrics (wait, hold, renewals, lost leases) on this address, e.g. 127.0.0.1:9464.
-    #[arg(long, value_name = "ADDR")]
-    pub(crate) metrics_addr: Option<SocketAddr>,
-    /// Say on stderr when the lease is acquired and released.
-    #[arg(long, short)]
+    /// Say on stderr when the lease is acquired and released (the global -v).
+    #[arg(skip)]
     pub(crate) verbose: bool,
     /// Lease name (no braces or control characters, at most 256 bytes).
     pub(crate) name: String,
-    /// The command and its arguments, after `--`. It gets LEASEHOLD_NAME and LEASEHOLD_FENCE in its
-    /// environment and, unless stdin is a terminal, runs in its own process group. Its parent is a
-    /// watcher process that stops it if `run` dies.
+    /// The command and its arguments, after `--`.
+    ///
+    /// It gets LEASEHOLD_NAME and LEASEHOLD_FENCE in its environment and, unless stdin is a
+    /// terminal, runs in its own process group. Its parent is a watcher process that stops it if
+    /// `run` dies.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// What the leader advertises (an address, an id), shown by `leasehold leader`; at most 512
+    /// bytes. Default: the holder identity.
+    #[arg(long, value_name = "VALUE")]
+    pub(crate) value: Option<String>,
+    /// Who this candidate is, shown by `leasehold leader`; at most 128 bytes, nothing secret.
+    /// Default: host name, process id and a random id.
+    #[arg(long, value_name = "HOLDER")]
+    pub(crate) holder: Option<String>,
+    /// After the command ends (stopped or exited), campaign again: a standby replica. Without
+    /// it, `elect` exits with the command's code.
+    #[arg(long)]
+    pub(crate) again: bool,
+    /// How long each campaign waits to lead (default: as long as it takes).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub(crate) wait: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) supervise: SuperviseArgs,
+    /// Say on stderr when this candidate leads and resigns (the global -v).
+    #[arg(skip)]
+    pub(crate) verbose: bool,
+    /// Election name (a lease name: no braces or control characters, at most 256 bytes).
+    pub(crate) name: String,
+    /// The command and its arguments, after `--`.
+    ///
+    /// It gets LEASEHOLD_NAME, LEASEHOLD_TERM and LEASEHOLD_FENCE (the same number) in its
+    /// environment.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// Print one JSON object (name, term, value, holder, since_unix_ms, ttl_ms), or `null` when
+    /// nobody leads.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Keep printing: one line (or JSON object) per change of leader or value, until interrupted.
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// Election name.
+    pub(crate) name: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// Print a JSON array of records (job, slot, outcome, attempts, holder, fence,
+    /// started_unix_ms, duration_ms, exit_code).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Print the last success time and counts in Prometheus's text format, for node_exporter's
+    /// textfile collector.
+    #[arg(long, conflicts_with = "json")]
+    pub(crate) prometheus: bool,
+    /// Most slots shown, newest first (`--prometheus` counts every slot on record).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub(crate) limit: usize,
+    /// The job's name (as given to `run --once-per`).
+    pub(crate) name: String,
 }
 
 #[derive(Debug, Args)]
@@ -184,8 +382,10 @@ pub(crate) struct MigrateArgs {
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
-    /// Print one JSON object: name, key, held, ttl_ms, fence, permits, free, holders, waiting,
-    /// fence_key, queue_key.
+    /// Print one JSON object.
+    ///
+    /// Its fields: name, key, held, ttl_ms, fence, permits, free, holders, waiting, fence_key,
+    /// queue_key.
     #[arg(long)]
     pub(crate) json: bool,
     /// Lease name.
@@ -226,4 +426,13 @@ pub(crate) struct ReleaseArgs {
     pub(crate) json: bool,
     /// Lease name.
     pub(crate) name: String,
+}
+
+/// `run --on-suspect`: what a suspect lease does to the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OnSuspect {
+    /// Say so once on stderr; the command runs on.
+    Warn,
+    /// Stop the command as a lost lease does; exit 76.
+    Stop,
 }

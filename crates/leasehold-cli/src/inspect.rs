@@ -26,6 +26,7 @@ pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
     let connecting = builder
         .key_prefix(store.key_prefix.clone())
         .retention(store.retention)
+        .allow_eviction(store.allow_eviction)
         .connect();
     let Ok(result) = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await else {
         eprintln!(
@@ -70,7 +71,7 @@ fn json(info: &LeaseInfo, client: &LeaseClient) -> serde_json::Value {
         obj.insert("store".into(), client.store_kind().to_string().into());
         if matches!(
             client.store_kind(),
-            leasehold::StoreKind::Redis | leasehold::StoreKind::Redlock
+            leasehold::StoreKind::REDIS | leasehold::StoreKind::REDLOCK
         ) {
             if let Ok(keys) = client.keys(&info.name) {
                 obj.insert("fence_key".into(), keys.fence.into());
@@ -87,8 +88,12 @@ fn left(ttl_ms: Option<u64>) -> String {
         .unwrap_or_else(|| "no expiry".to_owned())
 }
 
-/// One line for a lock; for a semaphore, a line and one more per holder.
+/// One line for a lock; for a semaphore, a line and one more per holder; for a name with a key
+/// leasehold did not write, what is wrong.
 fn human(info: &LeaseInfo) -> String {
+    if let Some(problem) = &info.problem {
+        return format!("{}: NOT USABLE: {problem}", info.name);
+    }
     let fence = info
         .fence
         .map(|f| f.to_string())
@@ -148,7 +153,12 @@ pub(crate) async fn status(args: StatusArgs) -> i32 {
             } else {
                 println!("{}", human(&info));
             }
-            0
+            // A name whose keys leasehold did not write cannot be used until it is repaired.
+            if info.problem.is_some() {
+                exit::CONFIG
+            } else {
+                0
+            }
         }
         Err(e) => fail(&e),
     }
@@ -156,9 +166,11 @@ pub(crate) async fn status(args: StatusArgs) -> i32 {
 
 /// `leasehold list [PATTERN]`.
 pub(crate) async fn list(args: ListArgs) -> i32 {
-    if args.pattern.is_empty() {
-        eprintln!("leasehold: invalid pattern: it is empty; use `*` to list every lease");
-        return exit::USAGE;
+    // Bad input is exit 2 even when the store is down.
+    if let Err(e) = leasehold::lease::check_prefix(&args.store.key_prefix)
+        .and_then(|()| leasehold::lease::check_pattern(&args.pattern))
+    {
+        return fail(&e);
     }
     let client = match connect(&args.store).await {
         Ok(c) => c,

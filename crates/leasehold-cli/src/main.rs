@@ -3,28 +3,84 @@
 //! crates.
 //!
 //! Layout: [`cli`] (clap definitions), [`run`] (`leasehold run`: acquire, supervise the command, stop
-//! it on a lost lease), [`watcher`] (the command's parent process, which stops it when `run` dies),
+//! it on a lost lease), [`elect`] (`leasehold elect` and `leader`: the same supervision while
+//! leading an election), [`once`] (`run --once-per` and `history`: scheduled jobs once per slot), [`watcher`] (the command's parent process, which stops it when `run` dies),
+//! [`health`] (`--health`: `/healthz` and `/leader` for probes),
 //! [`inspect`] (`status`, `list`, `release --force`), [`migrate`] (leasehold's tables in a database),
 //! [`duration`] (human durations), [`exit`] (exit codes).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod duration;
+mod elect;
 mod exit;
+mod health;
 mod inspect;
 mod migrate;
+mod once;
 mod run;
 mod watcher;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use cli::{Cli, Command};
 
+/// Log lines to stderr: RUST_LOG when set, else warnings (`-q`: errors; `-v`: info, `-vv`: debug,
+/// `-vvv`: trace).
+fn init_tracing(verbose: u8, quiet: bool) {
+    let level = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .init();
+}
+
+/// `completions` and `man`: generated from the clap definitions, printed to stdout.
+fn print_generated(command: &Command) -> Option<i32> {
+    let mut out = std::io::stdout().lock();
+    let written = match command {
+        Command::Completions(a) => {
+            clap_complete::generate(a.shell, &mut Cli::command(), "leasehold", &mut out);
+            Ok(())
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command()).render(&mut out),
+        _ => return None,
+    };
+    Some(match written {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("leasehold: cannot write to stdout: {e}");
+            exit::SOFTWARE
+        }
+    })
+}
+
 fn main() {
     let cli = Cli::parse();
+    if let Some(code) = print_generated(&cli.command) {
+        std::process::exit(code);
+    }
+    init_tracing(cli.verbose, cli.quiet);
     // The watcher is a small synchronous program: no runtime, no threads but its own.
     let command = match cli.command {
         Command::RunWatcher(a) => std::process::exit(watcher::main(a)),
+        Command::Run(mut a) => {
+            a.verbose = cli.verbose > 0;
+            Command::Run(a)
+        }
+        Command::Elect(mut a) => {
+            a.verbose = cli.verbose > 0;
+            Command::Elect(a)
+        }
         other => other,
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -42,17 +98,28 @@ fn main() {
     let result: anyhow::Result<i32> = runtime.block_on(async move {
         match command {
             Command::Run(a) => Ok(run::run(a).await),
+            Command::Elect(a) => Ok(elect::elect(a).await),
+            Command::Leader(a) => Ok(elect::leader(a).await),
+            Command::History(a) => Ok(once::history(a).await),
             Command::Status(a) => Ok(inspect::status(a).await),
             Command::List(a) => Ok(inspect::list(a).await),
             Command::Release(a) => Ok(inspect::release(a).await),
             Command::Migrate(a) => Ok(migrate::migrate(a).await),
+            #[cfg(feature = "lab")]
             Command::Demo(a) => leasehold_lab::demo::run(a).await,
+            #[cfg(feature = "lab")]
             Command::Verify(a) => leasehold_lab::verify::run(a).await,
+            #[cfg(feature = "lab")]
             Command::Bench(a) => leasehold_lab::bench::run(a).await,
+            #[cfg(feature = "lab")]
             Command::DemoWorker(a) => leasehold_lab::demo::run_worker(a).await,
+            #[cfg(feature = "lab")]
             Command::VerifyWorker(a) => leasehold_lab::verify::run_worker(a).await,
+            #[cfg(feature = "lab")]
             Command::BenchWorker(a) => leasehold_lab::bench::run_worker(a).await,
-            Command::RunWatcher(_) => unreachable!("handled before the runtime starts"),
+            Command::RunWatcher(_) | Command::Completions(_) | Command::Man => {
+                unreachable!("handled before the runtime starts")
+            }
         }
     });
     // Do not wait for background tasks (a dropped lease's release is already sent or expires by TTL).

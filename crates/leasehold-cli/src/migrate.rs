@@ -1,4 +1,5 @@
-//! `leasehold migrate`: creates or upgrades leasehold's tables in a PostgreSQL or SQLite database,
+//! `leasehold migrate`: creates or upgrades leasehold's tables in a PostgreSQL, MariaDB/MySQL or
+//! SQLite database,
 //! through the library's `Database::migrate`. Promise: idempotent and safe to run concurrently (the
 //! library takes a lock). Limit: it needs the right to create tables; the lease store itself never
 //! changes the schema.
@@ -27,11 +28,12 @@ pub(crate) async fn migrate(args: MigrateArgs) -> i32 {
     };
     if url.starts_with("redis") || url.starts_with("etcd") {
         eprintln!(
-            "leasehold: `{}` is a store that needs no tables; migrate takes a postgres:// or sqlite: URL",
+            "leasehold: `{}` is a store that needs no tables; migrate takes a postgres://, mysql://, mariadb:// or sqlite: URL",
             redact(&url)
         );
         return exit::USAGE;
     }
+    // `mariadb://` names the same protocol as `mysql://`, for the lease store and the guards alike.
     let db = match tokio::time::timeout(CONNECT_TIMEOUT, Database::connect(&url)).await {
         Err(_) => {
             eprintln!(
@@ -57,8 +59,8 @@ pub(crate) async fn migrate(args: MigrateArgs) -> i32 {
     }
 }
 
-/// Prints why the database refused and returns the exit code: 69 when it cannot be reached, 2 for
-/// a URL, credentials or database name that are wrong.
+/// Prints why the database refused and returns the exit code: 69 when it cannot be reached, 77 for
+/// credentials it refuses, 2 for a database name that is wrong.
 fn refused(url: &str, e: &leasehold::Error) -> i32 {
     if e.is_unavailable() {
         eprintln!(
@@ -67,12 +69,24 @@ fn refused(url: &str, e: &leasehold::Error) -> i32 {
         );
         return exit::UNAVAILABLE;
     }
-    // invalid_password, invalid_authorization_specification, invalid_catalog_name (no such database).
-    let wrong_setup = matches!(
-        e,
-        leasehold::Error::Database(sqlx::Error::Database(db))
-            if matches!(db.code().as_deref(), Some("28P01" | "28000" | "3D000"))
-    );
+    let code = match e {
+        leasehold::Error::Database(leasehold::sqlx::Error::Database(db)) => {
+            db.code().map(|c| c.into_owned())
+        }
+        _ => None,
+    };
+    // invalid_password, invalid_authorization_specification: the credentials (EX_NOPERM).
+    if matches!(code.as_deref(), Some("28P01" | "28000")) {
+        eprintln!(
+            "leasehold: the database at {} refused the credentials: {e}; check the user and password in the URL",
+            redact(url)
+        );
+        return exit::NOPERM;
+    }
+    // invalid_catalog_name (no such database; MariaDB/MySQL: 42000 "Unknown database").
+    let wrong_setup = code.as_deref() == Some("3D000")
+        || matches!(e, leasehold::Error::Database(leasehold::sqlx::Error::Database(db))
+            if db.message().starts_with("Unknown database"));
     if wrong_setup {
         eprintln!(
             "leasehold: the database at {} refused: {e}; check the user, password and database in the URL",

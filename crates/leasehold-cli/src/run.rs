@@ -4,7 +4,10 @@
 //! Promise: the command is started only after the lease was acquired; when the lease is lost (renewal
 //! failed until the deadline, `--max-hold` reached, or an operator's forced release) the command (its
 //! whole process group when stdin is not a terminal, and every process descended from it) gets
-//! SIGTERM at once and SIGKILL after `--grace`, and `run` exits 76. The command's parent is a small
+//! SIGTERM at once and SIGKILL after `--grace`, and `run` exits 76. A lease that becomes suspect
+//! (at risk before its deadline: renewals failing, or the store's clock running fast) is said once on
+//! stderr (`--on-suspect warn`, the default) or stops the command the same way, exit 76 too
+//! (`--on-suspect stop`). The command's parent is a small
 //! watcher process ([`crate::watcher`]): if `run` itself dies, SIGKILL and OOM killer included, the
 //! watcher stops the command the same way at once, and nothing renews the lease, which lapses within
 //! its TTL. When the command exits, whatever it left running is stopped the same way before the lease
@@ -19,13 +22,13 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use leasehold::{Error, Fence, Lease, LeaseClient, LeaseOptions, LostReason};
+use leasehold::{Error, Fence, Lease, LeaseClient, LeaseHealth, LeaseOptions, LostReason};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use crate::cli::RunArgs;
+use crate::cli::{OnSuspect, RunArgs};
 use crate::duration::show;
 use crate::exit;
 use crate::inspect::{check_name, connect};
@@ -34,31 +37,41 @@ use crate::watcher::{self, Order, Report, Watcher};
 /// The signals `run` passes on to the command's process group: SIGINT, SIGTERM, SIGHUP, SIGQUIT.
 /// Installed before anything else so that a Ctrl-C during the wait for the lease aborts the wait
 /// cleanly instead of killing us mid-acquire.
-struct Signals {
+pub(crate) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
     quit: tokio::signal::unix::Signal,
+    /// The last signal received, if any.
+    last: Option<Signal>,
 }
 
 impl Signals {
-    fn install() -> std::io::Result<Self> {
+    pub(crate) fn install() -> std::io::Result<Self> {
         Ok(Signals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
             quit: signal(SignalKind::quit())?,
+            last: None,
         })
     }
 
     /// The next signal received. Cancel safe.
-    async fn recv(&mut self) -> Signal {
-        tokio::select! {
+    pub(crate) async fn recv(&mut self) -> Signal {
+        let sig = tokio::select! {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,
             _ = self.hup.recv() => Signal::SIGHUP,
             _ = self.quit.recv() => Signal::SIGQUIT,
-        }
+        };
+        self.last = Some(sig);
+        sig
+    }
+
+    /// The last signal received so far, if any.
+    pub(crate) fn last(&self) -> Option<Signal> {
+        self.last
     }
 }
 
@@ -70,39 +83,32 @@ pub(crate) async fn run(args: RunArgs) -> i32 {
     if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
-    let opts = match lease_options(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("leasehold: {e}");
-            return exit::USAGE;
-        }
+    let (opts, mut signals) = match prepare(&args) {
+        Ok(ready) => ready,
+        Err(code) => return code,
     };
-    let mut signals = match Signals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("leasehold: cannot install signal handlers: {e}");
-            return exit::SOFTWARE;
-        }
-    };
-    if let Some(addr) = args.metrics_addr {
-        if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-        {
-            eprintln!("leasehold: cannot serve metrics on {addr}: {e}; pick a free address for --metrics-addr");
-            return exit::USAGE;
-        }
-    }
 
+    let mut store = args.store.clone();
+    if let Some(period) = args.once_per {
+        // A slot's record must outlive the slot: at least two periods.
+        store.retention = store.retention.max(period.saturating_mul(2));
+    }
     let client = tokio::select! {
-        c = connect(&args.store) => match c { Ok(c) => c, Err(code) => return code },
+        c = connect(&store) => match c { Ok(c) => c, Err(code) => return code },
         sig = signals.recv() => return aborted(sig, "nothing held"),
     };
+    let health = match serve_health(&args.supervise, &client, &args.name).await {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    if args.once_per.is_some() {
+        return crate::once::run(&args, &client, &opts, &mut signals).await;
+    }
     let lease = tokio::select! {
         l = acquire(&client, &args, &opts) => match l { Ok(l) => l, Err(code) => return code },
         sig = signals.recv() => return aborted(
             sig,
-            &format!("if the acquire had reached the store, the lease expires unrenewed within {}", show(args.ttl)),
+            &format!("if the acquire had reached the store, the lease expires unrenewed within {}", show(args.supervise.ttl)),
         ),
     };
     if args.verbose {
@@ -115,14 +121,67 @@ pub(crate) async fn run(args: RunArgs) -> i32 {
             "leasehold: acquired {permit}`{}` (fence {}, ttl {})",
             args.name,
             lease.fence(),
-            show(args.ttl)
+            show(args.supervise.ttl)
         );
     }
-    supervise(&args, lease, &mut signals).await
+    if let Some(h) = &health {
+        h.holding(Some((lease.health(), lease.fence())));
+    }
+    supervise(&args, lease, &mut signals, Vec::new()).await
+}
+
+/// `--health ADDR`: the endpoints, serving from now on; a bad or busy address is exit 2.
+pub(crate) async fn serve_health(
+    s: &crate::cli::SuperviseArgs,
+    client: &LeaseClient,
+    name: &str,
+) -> Result<Option<crate::health::Health>, i32> {
+    let Some(addr) = s.health else {
+        return Ok(None);
+    };
+    crate::health::Health::serve(addr, client, name)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            eprintln!("leasehold: cannot serve --health on {addr}: {e}; pick a free address");
+            exit::USAGE
+        })
+}
+
+/// What `run` and `elect` do before connecting: the lease options, the signal handlers (before
+/// anything else, so that a Ctrl-C while waiting aborts cleanly), the metrics listener. Bad input
+/// is exit 2.
+pub(crate) fn prepare(args: &RunArgs) -> Result<(LeaseOptions, Signals), i32> {
+    let opts = match lease_options(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("leasehold: {e}");
+            return Err(exit::USAGE);
+        }
+    };
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("leasehold: cannot install signal handlers: {e}");
+            return Err(exit::SOFTWARE);
+        }
+    };
+    if let Some(addr) = args.supervise.metrics_addr {
+        if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+        {
+            eprintln!("leasehold: cannot serve metrics on {addr}: {e}; pick a free address for --metrics-addr");
+            return Err(exit::USAGE);
+        }
+    }
+    Ok((opts, signals))
 }
 
 fn lease_options(args: &RunArgs) -> leasehold::Result<LeaseOptions> {
-    let mut b = LeaseOptions::builder().ttl(args.ttl).permits(args.permits);
+    let mut b = LeaseOptions::builder()
+        .ttl(args.supervise.ttl)
+        .permits(args.permits);
     if let Some(max) = args.max_hold {
         b = b.max_hold(max);
     }
@@ -130,7 +189,7 @@ fn lease_options(args: &RunArgs) -> leasehold::Result<LeaseOptions> {
 }
 
 /// Exit code when a signal arrives before the command was started: nothing to forward it to.
-fn aborted(sig: Signal, held: &str) -> i32 {
+pub(crate) fn aborted(sig: Signal, held: &str) -> i32 {
     eprintln!("leasehold: interrupted by {sig} before the command started; {held}");
     128 + sig as i32
 }
@@ -149,7 +208,7 @@ async fn acquire(client: &LeaseClient, args: &RunArgs, opts: &LeaseOptions) -> R
                 args.name,
                 held_for(remaining)
             );
-            Err(args.busy_exit_code)
+            Err(args.supervise.busy_exit_code)
         }
         Err(Error::WaitTimeout { waited, .. }) => {
             // Ask once more how long it stays held, for the operator's next move.
@@ -165,7 +224,7 @@ async fn acquire(client: &LeaseClient, args: &RunArgs, opts: &LeaseOptions) -> R
                 show(waited),
                 held_for(remaining)
             );
-            Err(args.busy_exit_code)
+            Err(args.supervise.busy_exit_code)
         }
         Err(e) => Err(crate::inspect::fail(&e)),
     }
@@ -184,8 +243,71 @@ pub(crate) fn thread_churn() -> Option<Duration> {
 }
 
 /// Starts the command through the watcher, forwards signals, stops the command when the lease is
-/// lost, stops what it left behind when it exits, and releases.
-async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
+/// lost, stops what it left behind when it exits, and releases. `env` adds to the command's
+/// environment (an election's `LEASEHOLD_TERM`).
+pub(crate) async fn supervise(
+    args: &RunArgs,
+    lease: Lease,
+    signals: &mut Signals,
+    env: Vec<(&'static str, String)>,
+) -> i32 {
+    let ended = run_command(args, &lease, signals, env).await;
+    finish(args, lease, ended).await
+}
+
+/// How the supervised command ended.
+pub(crate) enum Ended {
+    /// It could not be started or watched; the exit code to give.
+    Failed(i32),
+    /// The lease was lost (or became suspect under `--on-suspect stop`) and the command was stopped.
+    Lost,
+    /// It exited with this code (`None`: the watcher could not say).
+    Exited(Option<i32>),
+}
+
+/// Releases after the command ended (after `--min-hold`, when it ended sooner) and gives the exit
+/// code.
+pub(crate) async fn finish(args: &RunArgs, lease: Lease, ended: Ended) -> i32 {
+    if let (Some(min), Ended::Exited(_)) = (args.min_hold, &ended) {
+        let left = min.saturating_sub(lease.held_for());
+        if !left.is_zero() {
+            // The lease stays renewed meanwhile: ShedLock's lockAtLeastFor.
+            let lost = lease.lost();
+            tokio::select! {
+                _ = tokio::time::sleep(left) => {}
+                _ = lost.fired() => {}
+            }
+        }
+    }
+    match ended {
+        Ended::Failed(code) => {
+            release(args, lease, false).await;
+            code
+        }
+        Ended::Lost => {
+            release(args, lease, true).await;
+            exit::LOST
+        }
+        Ended::Exited(exited) => {
+            let released = release(args, lease, false).await;
+            match exited {
+                // The command succeeded, the lease stays held until it lapses: not silent, not 0.
+                Some(0) if !released => exit::NOT_RELEASED,
+                Some(code) => code,
+                None => exit::SOFTWARE,
+            }
+        }
+    }
+}
+
+/// Starts the command through the watcher and supervises it until it ended; the lease is still
+/// held (or lost) afterwards, for the caller to record and release.
+pub(crate) async fn run_command(
+    args: &RunArgs,
+    lease: &Lease,
+    signals: &mut Signals,
+    env: Vec<(&'static str, String)>,
+) -> Ended {
     let program = args
         .command
         .first()
@@ -206,11 +328,14 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
     }
     let spec = watcher::Spec {
         command: &args.command,
-        env: vec![
+        env: [
             ("LEASEHOLD_NAME", args.name.clone()),
             ("LEASEHOLD_FENCE", lease.fence().to_string()),
-        ],
-        grace: args.grace,
+        ]
+        .into_iter()
+        .chain(env)
+        .collect(),
+        grace: args.supervise.grace,
         terminal,
     };
     let mut watcher = match Watcher::start(spec).await {
@@ -219,8 +344,7 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
             eprintln!(
                 "leasehold: cannot start the watcher process for the command: {e}; command not run"
             );
-            release(args, lease, false).await;
-            return exit::SOFTWARE;
+            return Ended::Failed(exit::SOFTWARE);
         }
     };
     let pid = match watcher.next().await {
@@ -228,21 +352,30 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
         Some(Report::Failed { code, message }) => {
             eprintln!("leasehold: cannot run {program}: {message}");
             watcher.reap().await;
-            release(args, lease, false).await;
-            return code;
+            return Ended::Failed(code);
         }
         _ => {
             // It may have died between starting the command and saying so: look for it.
             eprintln!(
                 "leasehold: the watcher process died before reporting the command; stopping whatever it started"
             );
-            stop_without_watcher(None, terminal, &args.name, lease.fence(), args.grace).await;
+            stop_without_watcher(
+                None,
+                terminal,
+                &args.name,
+                lease.fence(),
+                args.supervise.grace,
+            )
+            .await;
             watcher.reap().await;
-            release(args, lease, false).await;
-            return exit::SOFTWARE;
+            return Ended::Failed(exit::SOFTWARE);
         }
     };
     let lost = lease.lost();
+    let mut health = lease.health();
+    // Warned of (or stopped for) a suspect lease: once per run.
+    let mut suspect_seen = false;
+    let mut stopped_suspect = false;
     let mut lost_reason: Option<LostReason> = None;
     let mut exited: Option<i32> = None;
     let mut stopping = false;
@@ -255,17 +388,17 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
                     if !stopping {
                         // Whatever the command left running in its group or below it must not
                         // outlive the lease either.
-                        watcher.send(Order::Stop(args.grace)).await;
+                        watcher.send(Order::Stop(args.supervise.grace)).await;
                         stopping = true;
                     }
                 }
                 Some(Report::Leftovers(n)) => eprintln!(
                     "leasehold: the command exited but left {n} process(es) running; sending them SIGTERM, SIGKILL in {}",
-                    show(args.grace)
+                    show(args.supervise.grace)
                 ),
                 Some(Report::Killing) => eprintln!(
                     "leasehold: the command outlived --grace {}; sending SIGKILL",
-                    show(args.grace)
+                    show(args.supervise.grace)
                 ),
                 Some(Report::Stopped) => break false,
                 Some(Report::Started(_) | Report::Failed { .. }) => {}
@@ -274,11 +407,32 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
             reason = lost.fired(), if lost_reason.is_none() && exited.is_none() => {
                 eprintln!(
                     "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
-                    args.name, show(args.grace)
+                    args.name, show(args.supervise.grace)
                 );
                 lost_reason = Some(reason);
-                watcher.send(Order::Stop(args.grace)).await;
+                watcher.send(Order::Stop(args.supervise.grace)).await;
                 stopping = true;
+            }
+            now = health.at_risk(), if !suspect_seen && lost_reason.is_none() && exited.is_none() && !stopping => {
+                suspect_seen = true;
+                if let LeaseHealth::Suspect { reason } = now {
+                    let lapses = show(lease.remaining());
+                    match args.supervise.on_suspect {
+                        OnSuspect::Warn => eprintln!(
+                            "leasehold: warning: lease `{}` is at risk: {reason}; the command runs on (its deadline is in {lapses}; --on-suspect stop would stop it now)",
+                            args.name
+                        ),
+                        OnSuspect::Stop => {
+                            eprintln!(
+                                "leasehold: lease `{}` is at risk: {reason}; --on-suspect stop: sending SIGTERM to the command, SIGKILL in {}",
+                                args.name, show(args.supervise.grace)
+                            );
+                            stopped_suspect = true;
+                            watcher.send(Order::Stop(args.supervise.grace)).await;
+                            stopping = true;
+                        }
+                    }
+                }
             }
             sig = signals.recv() => {
                 // On a terminal, Ctrl-C and Ctrl-\ already reached the command from the terminal.
@@ -299,17 +453,15 @@ async fn supervise(args: &RunArgs, lease: Lease, signals: &mut Signals) -> i32 {
             terminal,
             &args.name,
             lease.fence(),
-            args.grace,
+            args.supervise.grace,
         )
         .await;
     }
     watcher.reap().await;
-    if lost_reason.is_some() {
-        release(args, lease, true).await;
-        return exit::LOST;
+    if lost_reason.is_some() || stopped_suspect {
+        return Ended::Lost;
     }
-    release(args, lease, false).await;
-    exited.unwrap_or(exit::SOFTWARE)
+    Ended::Exited(exited)
 }
 
 /// The fallback when the watcher is gone: the command is init's child now, so we find its processes
@@ -356,7 +508,9 @@ async fn stop_without_watcher(
     }
 }
 
-async fn release(args: &RunArgs, lease: Lease, already_lost: bool) {
+/// Releases after the command exited; whether the lease is free now (or was lost anyway). A failure
+/// is printed with the time the lease lapses by itself.
+async fn release(args: &RunArgs, lease: Lease, already_lost: bool) -> bool {
     // The command is done; do not hang on a store that stopped answering. The TTL cleans up. A lost
     // lease's release is a courtesy (it frees a max-hold lease early), so it gets less patience.
     let patience = if already_lost {
@@ -364,15 +518,20 @@ async fn release(args: &RunArgs, lease: Lease, already_lost: bool) {
     } else {
         RELEASE_TIMEOUT
     };
+    // The store lets the lease lapse at most a TTL after the last renewal it accepted; the holder's
+    // own deadline plus the drift allowance is no earlier than that.
+    let lapses = (lease.remaining() + lease.options().drift()).min(args.supervise.ttl);
     let result = match tokio::time::timeout(patience, lease.release()).await {
         Ok(r) => r,
         Err(_) => {
             eprintln!(
-                "leasehold: warning: the store did not answer the release within {}; the lease expires by itself within {}",
+                "leasehold: the store did not answer the release of `{}` within {}; the lease stays held until it lapses by itself within {} (exit {})",
+                args.name,
                 show(patience),
-                show(args.ttl)
+                show(lapses),
+                exit::NOT_RELEASED
             );
-            return;
+            return already_lost;
         }
     };
     match result {
@@ -380,17 +539,22 @@ async fn release(args: &RunArgs, lease: Lease, already_lost: bool) {
             if args.verbose {
                 eprintln!("leasehold: released `{}`", args.name);
             }
+            true
         }
-        Err(Error::LeaseLost { .. }) if already_lost => {}
+        Err(Error::LeaseLost { .. }) if already_lost => true,
         Err(e @ Error::LeaseLost { .. }) => {
             eprintln!("leasehold: warning: {e}; the command finished, but may have overlapped with another holder at its end");
+            true
         }
         Err(e) => {
             eprintln!(
-                "leasehold: warning: release failed ({}); the lease expires by itself within {}",
+                "leasehold: release of `{}` failed: {}; the lease stays held until it lapses by itself within {} (exit {})",
+                args.name,
                 exit::describe(&e),
-                show(args.ttl)
+                show(lapses),
+                exit::NOT_RELEASED
             );
+            already_lost
         }
     }
 }

@@ -104,6 +104,16 @@ fn quick_json_has_every_figure_and_no_overlapping_holds() {
         r["s3"]
     );
 
+    // S6: the election's hand-over against the lease's, on Redis in the quick run; every new
+    // leader's term above the last.
+    let s6 = &r["elections"][0];
+    assert_eq!(s6["store"], "redis", "{r}");
+    assert_eq!(s6["terms_increased"], true, "{s6}");
+    assert!(
+        number(s6, "election_p50_ms") > 0.0 && number(s6, "lease_p50_ms") > 0.0,
+        "{s6}"
+    );
+
     // S4: SQLite always; PostgreSQL unless unreachable, and then with a note saying so.
     assert!(number(&r, "s4.sqlite_ratio") > 0.0, "{}", r["s4"]);
     match r["s4"]["postgres_ratio"].as_f64() {

@@ -1,10 +1,13 @@
 //! The `leasehold` command end to end: the real binary against a private redis-server per test.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold_testkit::RedisServer;
+
+mod cli_support;
+use cli_support::wait_with_timeout;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 
@@ -46,20 +49,6 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     while !cond() {
         assert!(Instant::now() < until, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn wait_with_timeout(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let until = Instant::now() + within;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("leasehold did not exit within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -124,6 +113,10 @@ fn bad_flags_names_and_durations_exit_2_naming_the_problem() {
         (
             &["run", "--retention", "soon", "x", "--", "true"],
             "--retention",
+        ),
+        (
+            &["run", "--on-suspect", "maybe", "x", "--", "true"],
+            "--on-suspect",
         ),
         (&["status", ""], "lease name"),
         (&["release", "x"], "--force"),

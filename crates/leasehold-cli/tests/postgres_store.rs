@@ -61,7 +61,12 @@ impl Drop for Schema {
                 if let Ok(db) = Database::connect(&base).await {
                     if let Ok(mut tx) = db.begin().await {
                         let _ = tx
-                            .execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"), &[])
+                            .execute(
+                                leasehold::sqlx::AssertSqlSafe(format!(
+                                    "DROP SCHEMA IF EXISTS {name} CASCADE"
+                                )),
+                                &[],
+                            )
                             .await;
                         let _ = tx.commit().await;
                     }
@@ -230,4 +235,21 @@ fn a_malformed_url_is_2_a_server_down_is_69_and_the_password_is_never_printed() 
     }
     let o = run_out(leasehold().args(["migrate", "--store", "redis://127.0.0.1:6379"]));
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn refused_credentials_exit_77_not_69() {
+    let url = leasehold_testkit::postgres_url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let bad = format!("{scheme}://leasehold_no_such_role:hunter2@{host}");
+    for args in [
+        vec!["status", "--store", &bad, "job"],
+        vec!["run", "--store", &bad, "job", "--", "true"],
+        vec!["migrate", "--store", &bad],
+    ] {
+        let o = run_out(leasehold().args(&args));
+        assert_eq!(o.status.code(), Some(77), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+    }
 }

@@ -161,3 +161,19 @@ fn bad_sets_of_masters_exit_2_and_too_few_reachable_exit_69() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("\"redlock\""), "{}", stdout(&o));
 }
+
+#[test]
+fn a_master_refusing_the_password_exits_77_not_69() {
+    let (s, mut urls) = masters();
+    let guarded = RedisServer::builder()
+        .password("right-pw")
+        .start()
+        .expect("redis-server");
+    urls[2] = format!("redis://:wrong-pw@127.0.0.1:{}/", guarded.port());
+    for args in [vec!["status", "job"], vec!["run", "job", "--", "true"]] {
+        let o = out(&mut with(&urls, &args));
+        assert_eq!(o.status.code(), Some(77), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("wrong-pw"), "{}", stderr(&o));
+    }
+    drop(s);
+}

@@ -9,6 +9,9 @@ use leasehold_testkit::RedisServer;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
+mod cli_support;
+use cli_support::wait_with_timeout as wait_exit;
+
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 
 fn leasehold(redis: &RedisServer) -> Command {
@@ -115,20 +118,6 @@ fn time_until_gone(pids: &[i32], limit: Duration) -> Option<Duration> {
 
 fn sigkill(pid: i32) {
     let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-}
-
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let until = Instant::now() + within;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            panic!("leasehold did not exit within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A command whose processes cover what a stop must reach: the command itself (a shell), a child in

@@ -75,12 +75,13 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
     }
     let ran = |c: &Value| c["status"] == "ran";
 
-    // Safe by design: exactly the fenced leases (one Redis server, Redlock, PostgreSQL, etcd) and
+    // Safe by design: exactly the fenced leases (one Redis server, Redlock, an election, PostgreSQL, etcd) and
     // the database guards, all at 0.
     for c in cells(&json, |c| c["safe_by_design"] == true) {
         assert!(
             c["strategy"] == "lease-fence"
                 || c["strategy"] == "redlock-fence"
+                || c["strategy"] == "election-fence"
                 || c["strategy"] == "pg-lease-fence"
                 || c["strategy"] == "etcd-lease-fence"
                 || c["strategy"] == "db-guards",

@@ -36,7 +36,7 @@ async fn a_worker_that_cannot_start_makes_an_error_cell_and_exit_code_2() {
     let args = VerifyArgs {
         workload: vec![Workload::Counter],
         fault: vec![Fault::Pause, Fault::NetCut],
-        strategy: vec![Strategy::DbGuards],
+        strategy: vec![Strategy::DB_GUARDS],
         worker_exe: Some(dir.path().join("no-such-program")),
         json: Some(json.clone()),
         ..VerifyArgs::default()

@@ -13,9 +13,11 @@
 //! * [`PostgresServer`]: a private PostgreSQL server (`initdb` in a temporary directory) that can be
 //!   stopped, crashed, paused and started again on the same port with the same data, leaving the
 //!   machine's shared PostgreSQL alone.
+//! * [`MariaDbServer`]: a private MariaDB server (`mariadb-install-db` in a temporary directory)
+//!   that can be stopped, crashed, paused and started again on the same port with the same data.
 //! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, blackhole, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
-//! * [`postgres_url`]: where tests find PostgreSQL.
+//! * [`postgres_url`], [`mysql_url`]: where tests find the shared PostgreSQL and MariaDB.
 //!
 //! Nothing here mocks a server: every fault is done to a real process. Every topology picks free
 //! ports (retrying when one is taken between the pick and the bind, so tests may start several in
@@ -26,6 +28,7 @@ pub mod cluster;
 mod credentials;
 mod daemon;
 pub mod etcd;
+pub mod mariadb;
 pub mod postgres;
 mod proxy;
 mod redis_server;
@@ -34,6 +37,7 @@ pub mod sentinel;
 pub use cluster::{RedisCluster, RedisClusterBuilder, SlotMigration};
 pub use credentials::Credentials;
 pub use etcd::{etcd_available, EtcdCluster, EtcdMember};
+pub use mariadb::{mariadb_server_available, mysql_url, MariaDbServer};
 pub use postgres::{postgres_server_available, PostgresServer, PostgresServerBuilder};
 pub use proxy::Proxy;
 pub use redis_server::{libfaketime_path, redis_server_available, RedisServer, RedisServerBuilder};

@@ -60,6 +60,7 @@ pub struct RedisServerBuilder {
     password: Option<String>,
     replica_of: Option<u16>,
     fake_clock: bool,
+    clock_rate: Option<f64>,
     extra: Vec<String>,
 }
 
@@ -95,6 +96,16 @@ impl RedisServerBuilder {
     /// clear error when libfaketime is not installed (see [`libfaketime_path`]).
     pub fn fake_clock(mut self) -> Self {
         self.fake_clock = true;
+        self
+    }
+
+    /// Runs the server's wall clock at `rate` times real time (2.0: twice as fast), under
+    /// libfaketime as [`fake_clock`](Self::fake_clock) does (the monotonic clock stays real). Redis
+    /// expires keys by its wall clock, so a key's TTL runs out `rate` times sooner than a correct
+    /// clock says, and `TIME` advances at that rate.
+    pub fn clock_rate(mut self, rate: f64) -> Self {
+        self.fake_clock = true;
+        self.clock_rate = Some(rate);
         self
     }
 
@@ -300,7 +311,15 @@ impl RedisServer {
         // libfaketime re-reads the file on every clock call (FAKETIME_NO_CACHE): replace it in one
         // rename so that no call ever sees a half-written file (which it would read as offset 0).
         let tmp = self.dir.path().join(format!("{CLOCK_FILE}.tmp"));
-        std::fs::write(&tmp, format!("+{:.3}\n", self.clock_offset.as_secs_f64()))?;
+        let rate = self
+            .builder
+            .clock_rate
+            .map(|r| format!(" x{r}"))
+            .unwrap_or_default();
+        std::fs::write(
+            &tmp,
+            format!("+{:.3}{rate}\n", self.clock_offset.as_secs_f64()),
+        )?;
         std::fs::rename(&tmp, self.dir.path().join(CLOCK_FILE))
     }
 

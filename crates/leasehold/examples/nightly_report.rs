@@ -50,8 +50,11 @@ async fn main() -> leasehold::Result<()> {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let admin = Database::connect(&base).await?;
     let mut tx = admin.begin().await?;
-    tx.execute(&format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"), &[])
-        .await?;
+    tx.execute(
+        leasehold::sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")),
+        &[],
+    )
+    .await?;
     tx.commit().await?;
     admin.close().await;
     // `leasehold migrate` once: the lease table and the fence table, in the application's database.

@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use crate::fence::Fence;
+use crate::lease::store::StoreKind;
 
 /// Result with leasehold's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The step during which a store or resource failed; carried by [`Error::Redis`], [`Error::Timeout`]
+/// The step during which a store or resource failed; carried by [`Error::Store`], [`Error::Timeout`]
 /// and the other store errors so that an operator knows whether a lease may have been taken
 /// (acquire), may still be held (release) or may be about to be lost (renew).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,8 @@ pub enum Phase {
     Inspect,
     /// A fenced write to a resource kept in Redis.
     FencedWrite,
+    /// Writing a holder's note beside its lease (an election's leader record).
+    Note,
 }
 
 impl std::fmt::Display for Phase {
@@ -43,6 +46,7 @@ impl std::fmt::Display for Phase {
             Phase::Replicate => "replicate",
             Phase::Inspect => "inspect",
             Phase::FencedWrite => "fenced write",
+            Phase::Note => "note",
         };
         f.write_str(s)
     }
@@ -61,6 +65,10 @@ pub enum LostReason {
     NotOurs,
     /// The configured maximum hold time was reached; renewal stopped on purpose.
     MaxHoldReached,
+    /// The store answered a renewal that the key is gone, and the store evicted keys under memory
+    /// pressure since the lease was taken (a Redis with an evicting `maxmemory-policy`, used with
+    /// `allow_eviction`): someone else may have held the name meanwhile.
+    Evicted,
 }
 
 impl std::fmt::Display for LostReason {
@@ -71,7 +79,50 @@ impl std::fmt::Display for LostReason {
                 "the store no longer holds our token (expired, force-released, or lost in a failover)"
             }
             LostReason::MaxHoldReached => "the maximum hold time was reached",
+            LostReason::Evicted => {
+                "the store evicted its key under memory pressure (an evicting maxmemory-policy); another holder may have had it meanwhile"
+            }
         })
+    }
+}
+
+/// What a store's failure means for the caller, as the store read its driver's error: whether
+/// trying again may help and whether the store is failing us (the CLI's exit code 69) or answered
+/// "no". Each store decides this for its own driver in its `errors.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// No answer: the connection could not be opened, broke, or the request timed out inside the
+    /// driver. Retrying may help; the store is unavailable.
+    Unreachable,
+    /// The store answered that it cannot serve the request now (a cluster slot moving, a leader
+    /// election, a member down). Retrying shortly may help; the store is unavailable meanwhile.
+    Transient,
+    /// The store rolled the request's transaction back (a serialization failure, a deadlock).
+    /// Retrying is safe; the store is up.
+    Aborted,
+    /// The store answered with an error that retrying will not fix, and is failing us (an error
+    /// reply, a reply we cannot read, a connect that went wrong).
+    Failing,
+    /// The store refused this request (a constraint, a bad statement) and is otherwise up.
+    Rejected,
+}
+
+impl StoreFailure {
+    /// Whether the same call may succeed if retried.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            StoreFailure::Unreachable | StoreFailure::Transient | StoreFailure::Aborted
+        )
+    }
+
+    /// Whether the store is unreachable or failing (as opposed to having answered "no").
+    pub fn is_unavailable(self) -> bool {
+        matches!(
+            self,
+            StoreFailure::Unreachable | StoreFailure::Transient | StoreFailure::Failing
+        )
     }
 }
 
@@ -113,38 +164,20 @@ pub enum Error {
         /// How long we waited for the answer.
         after: Duration,
     },
-    /// Redis could not be reached or answered with an error (feature `redis`).
-    #[cfg(feature = "redis")]
-    #[error("redis failed during {phase}: {source}")]
-    Redis {
+    /// A lease store (or a Redis resource) could not be reached, or answered with an error. The
+    /// store read its driver's error itself (`lease/store/<store>/errors.rs`) into `kind`; the
+    /// driver's error is kept as `source` (downcast it, e.g. to `redis::RedisError`, for details).
+    #[error("{store} failed during {phase}: {source}")]
+    Store {
         /// What we were doing.
         phase: Phase,
+        /// Which kind of store.
+        store: StoreKind,
+        /// What the failure means for the caller: retry, outage, refusal.
+        kind: StoreFailure,
         /// The driver's error.
         #[source]
-        source: redis::RedisError,
-    },
-    /// etcd could not be reached or answered with an error.
-    #[cfg(feature = "etcd")]
-    #[error(
-        "etcd failed during {phase}: {}",
-        crate::lease::store::etcd::errors::describe(source)
-    )]
-    Etcd {
-        /// What we were doing.
-        phase: Phase,
-        /// The driver's error.
-        #[source]
-        source: etcd_client::Error,
-    },
-    /// The PostgreSQL lease store could not reach the database or got an error from it.
-    #[cfg(feature = "postgres")]
-    #[error("postgres lease store failed during {phase}: {source}")]
-    Postgres {
-        /// What we were doing.
-        phase: Phase,
-        /// The driver's error.
-        #[source]
-        source: sqlx::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// `WAIT` after acquire returned fewer replica acknowledgements than asked for, under the
     /// fail-closed policy: the lease was released again.
@@ -184,6 +217,45 @@ pub enum Error {
         /// Permits the name is in use with.
         in_use: u32,
     },
+    /// The store or database refused our credentials (wrong password, unknown user, a certificate it
+    /// does not accept). Retrying with the same credentials cannot help: the CLI's exit code 77.
+    #[error("{store} refused the credentials during {phase}: {detail}; {fix}")]
+    Unauthorized {
+        /// What we were doing.
+        phase: Phase,
+        /// Which store, as its redacted location (`redis://127.0.0.1:6379`).
+        store: String,
+        /// What the store said.
+        detail: String,
+        /// What to do about it.
+        fix: String,
+    },
+    /// The store answered that our user may not run a command or touch a key (Redis `NOPERM`, SQL
+    /// `42501`). Retrying cannot help until the permission is granted: the CLI's exit code 77.
+    #[error("permission denied during {phase}: {what}: {detail}; {fix}")]
+    Denied {
+        /// What we were doing.
+        phase: Phase,
+        /// The command, key or table that was refused (`TIME`, `{leasehold:jobs}:lock`).
+        what: String,
+        /// What the store said.
+        detail: String,
+        /// What to do about it.
+        fix: String,
+    },
+    /// The store is set up in a way that breaks what a lease promises, or holds data under our
+    /// names that we did not write: a replica instead of a primary, an evicting `maxmemory-policy`,
+    /// a key of the wrong type. Nothing was written; retrying cannot help until the store is changed:
+    /// the CLI's exit code 78.
+    #[error("{what}: {found}; {fix}")]
+    Misconfigured {
+        /// What was checked (the node, the key).
+        what: String,
+        /// What was found there.
+        found: String,
+        /// How to repair it, or how to opt in knowingly.
+        fix: String,
+    },
     /// A configuration value or argument was refused before anything was sent.
     #[error("invalid {what}: {why}")]
     Invalid {
@@ -203,7 +275,7 @@ pub enum Error {
         current: Fence,
     },
     /// The database failed (feature `postgres` or `sqlite`).
-    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    #[cfg(feature = "sql")]
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     /// The idempotency key's first attempt is still running (HTTP 409 in the IETF draft's terms).
@@ -272,29 +344,18 @@ impl Error {
             | Error::TransitionRace { .. }
             | Error::NotReplicated { .. }
             | Error::NoQuorum { .. } => true,
-            #[cfg(feature = "redis")]
-            Error::Redis { source, .. } => {
-                source.is_io_error()
-                    || source.is_timeout()
-                    || source.is_connection_dropped()
-                    || source.is_connection_refusal()
-                    || source.is_cluster_error()
-                    || is_slot_moving(source)
-            }
-            #[cfg(feature = "etcd")]
-            Error::Etcd { source, .. } => crate::lease::store::etcd::errors::is_transient(source),
-            #[cfg(any(feature = "postgres", feature = "sqlite"))]
+            Error::Store { kind, .. } => kind.is_retryable(),
+            #[cfg(feature = "sql")]
             Error::Database(e) => {
                 matches!(
                     e,
                     sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
                 ) || is_serialization_failure(e)
             }
-            #[cfg(feature = "postgres")]
-            Error::Postgres { source, .. } => {
-                is_postgres_unreachable(source) || is_serialization_failure(source)
-            }
             Error::LeaseLost { .. }
+            | Error::Unauthorized { .. }
+            | Error::Denied { .. }
+            | Error::Misconfigured { .. }
             | Error::PermitsInUse { .. }
             | Error::Invalid { .. }
             | Error::StaleFence { .. }
@@ -325,13 +386,9 @@ impl Error {
     /// answering "no" or being asked wrongly): the CLI's exit code 69.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            // Redis answered with an error, or not at all: either way it is failing us.
             Error::Timeout { .. } | Error::NotReplicated { .. } | Error::NoQuorum { .. } => true,
-            #[cfg(feature = "redis")]
-            Error::Redis { .. } => true,
-            #[cfg(feature = "etcd")]
-            Error::Etcd { .. } => true,
-            #[cfg(any(feature = "postgres", feature = "sqlite"))]
+            Error::Store { kind, .. } => kind.is_unavailable(),
+            #[cfg(feature = "sql")]
             Error::Database(e) => matches!(
                 e,
                 sqlx::Error::Io(_)
@@ -339,21 +396,12 @@ impl Error {
                     | sqlx::Error::PoolClosed
                     | sqlx::Error::Tls(_)
             ),
-            // A statement the server refused (a constraint, a permission) is an answer, not an
-            // outage.
-            #[cfg(feature = "postgres")]
-            Error::Postgres { phase, source } => {
-                *phase == Phase::Connect || is_postgres_unreachable(source)
-            }
             _ => false,
         }
     }
 
     // A build with no store and no database feature has nothing left to validate.
-    #[cfg_attr(
-        not(any(feature = "redis", feature = "postgres", feature = "sqlite")),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(any(feature = "redis", feature = "sql")), allow(dead_code))]
     pub(crate) fn invalid(what: &'static str, why: impl Into<String>) -> Self {
         Error::Invalid {
             what,
@@ -361,9 +409,28 @@ impl Error {
         }
     }
 
-    #[cfg(feature = "redis")]
-    pub(crate) fn redis(phase: Phase) -> impl FnOnce(redis::RedisError) -> Self {
-        move |source| Error::Redis { phase, source }
+    /// A store's failure during `phase`, as the store classified it (for a store's `errors.rs`,
+    /// in this crate or outside it).
+    pub fn store(
+        phase: Phase,
+        store: StoreKind,
+        kind: StoreFailure,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Error::Store {
+            phase,
+            store,
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// The driver's error of a store failure, if it is an `E` (`redis::RedisError`, ...).
+    pub fn store_source<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Store { source, .. } => source.downcast_ref::<E>(),
+            _ => None,
+        }
     }
 }
 
@@ -389,28 +456,10 @@ fn timeout_consequence(phase: Phase) -> &'static str {
     }
 }
 
-/// The connection failed, or the server says it is shutting down, starting, out of connections or
-/// resources (SQLSTATE classes 08, 53, 57P): a later attempt may get through.
-#[cfg(feature = "postgres")]
-fn is_postgres_unreachable(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("08") || c.starts_with("53") || c.starts_with("57P")),
-        _ => false,
-    }
-}
-
 /// Serialization failures and deadlocks (PostgreSQL 40001/40P01, SQLite BUSY/LOCKED) are safe to retry:
 /// the database rolled the whole transaction back.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-fn is_serialization_failure(e: &sqlx::Error) -> bool {
+#[cfg(feature = "sql")]
+pub(crate) fn is_serialization_failure(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => matches!(
             db.code().as_deref(),
@@ -418,17 +467,6 @@ fn is_serialization_failure(e: &sqlx::Error) -> bool {
         ),
         _ => false,
     }
-}
-
-/// A cluster slot is being migrated and the request touches keys on both sides: `TRYAGAIN` (the
-/// lease scripts declare a key that never exists so that this comes before they run), or a script
-/// that reached a key the node no longer holds ("Script attempted to access a non local key").
-/// Send it again shortly.
-#[cfg(feature = "redis")]
-pub(crate) fn is_slot_moving(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
-        || e.to_string()
-            .contains("attempted to access a non local key")
 }
 
 #[cfg(test)]

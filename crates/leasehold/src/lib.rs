@@ -13,6 +13,8 @@
 //!
 //! | problem | module | what it gives | what it does NOT promise |
 //! |---|---|---|---|
+//! | one leader among replicas | [`election`] | [`election::Election`]: campaign, leader, observe, proclaim, resign; the term is a fence | one leader under process pauses or failover (the term, checked at the resource, is what holds) |
+//! | a scheduled job once per slot | [`schedule`] | [`schedule::Schedule`] (nearest-slot mapping across skewed clocks), [`schedule::claim`], a record per slot ([`schedule::history`]), [`schedule::record_in`] for the job's own transaction | once per slot when a run outlives its lease or the store forgets the record (the database record is what holds) |
 //! | mutual exclusion (efficiency) | [`lease`] | [`LeaseClient`], [`Lease`]: Redis leases with fencing tokens, watchdog renewal, a lost-lease signal, waiting without retry storms, metrics | exclusion under process pauses or failover |
 //! | correctness under a lost lease | [`fence`] | fenced writes: the resource keeps the highest fence it accepted and refuses older writers (PostgreSQL, SQLite, Redis) | anything about writers that do not present a fence |
 //! | idempotency | [`idempotency`] | idempotency keys: one effect per key, stored response replayed, recovery points for multi-step work | dedup on the far side of an external call that ignores the derived key |
@@ -29,16 +31,20 @@
 //! # Features
 //!
 //! Each store and each database is a cargo feature, so an application compiles only the clients it
-//! uses. The default set is `redis`, `postgres` and `sqlite`: everything above.
+//! uses. The default set is `redis`, `tls`, `postgres`, `sqlite` and `mysql`: everything above but
+//! etcd.
 //!
 //! | feature | default | what it brings |
 //! |---|---|---|
 //! | `redis` | on | [`lease`] ([`LeaseClient`], [`Lease`]) and the fenced write to a value kept in Redis ([`fence::redis_fenced_set`]); compiles the `redis` client |
 //! | `postgres` | on | [`db`], [`fence::check`], [`idempotency`], [`inbox`] and [`state`] on PostgreSQL; compiles sqlx's PostgreSQL driver |
 //! | `sqlite` | on | the same on SQLite; compiles sqlx's SQLite driver and the SQLite library it bundles |
-//! | `etcd` | off | reserved for leases on etcd; nothing behind it yet |
+//! | `mysql` | on | leases on MariaDB/MySQL (`mysql://`, `mariadb://`) and the same guards there; compiles sqlx's MySQL driver |
+//! | `tls` | on | TLS to Redis (`rediss://`, `rediss-sentinel://`, `rediss-cluster://`, Redlock masters on `rediss://`) with rustls; without it such a URL is refused with [`Error::Invalid`] naming this feature |
+//! | `etcd` | off | leases on etcd (`etcd://`, `etcds://`): consensus-backed, the fence from etcd revisions; compiles the `etcd-client` gRPC client (from crates.io its build runs `protoc`: Debian `protobuf-compiler`, or `PROTOC` naming one; this repository's workspace points it at the one `protoc-bin-vendored` ships) |
+//! | `contract-suite` | off | `lease::store::contract_suite` and `contract_suite!`: the lease contract as tests a store of your own runs against itself |
 //!
-//! The SQL modules need `postgres` or `sqlite` (either one is enough) and speak only to the backends
+//! The SQL modules need `postgres`, `sqlite` or `mysql` (any one is enough) and speak only to the backends
 //! compiled in: [`db::Database::connect`] with a URL for a backend left out fails with
 //! [`Error::Invalid`] naming the feature to enable. [`Fence`] and [`Error`] are there with any set.
 //! An application that wants only Redis leases:
@@ -49,16 +55,20 @@
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+// docs.rs builds with `--cfg docsrs` (see Cargo.toml): every item then shows the features it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod db;
+pub mod election;
 mod error;
 pub mod fence;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(feature = "sql")]
 pub mod idempotency;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(feature = "sql")]
 pub mod inbox;
 pub mod lease;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod schedule;
+#[cfg(feature = "sql")]
 pub mod state;
 pub mod url;
 
@@ -67,8 +77,18 @@ pub mod url;
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
 
-pub use error::{Error, LostReason, Phase, Result};
+/// The `redis` crate leasehold is built with, so that an application that hands leasehold its own
+/// clients or connections, or matches on [`redis::RedisError`], uses the same version.
+#[cfg(feature = "redis")]
+pub use redis;
+/// The `sqlx` crate leasehold is built with, so that an application that hands leasehold its pool
+/// (`db::Database::from_postgres` / `from_sqlite` / `from_mysql`) or matches on [`sqlx::Error`] uses the same version.
+#[cfg(feature = "sql")]
+pub use sqlx;
+
+pub use error::{Error, LostReason, Phase, Result, StoreFailure};
 pub use fence::Fence;
 pub use lease::{
-    Lease, LeaseClient, LeaseClientBuilder, LeaseOptions, LostSignal, ReplicaPolicy, StoreKind,
+    HealthWatch, Lease, LeaseClient, LeaseClientBuilder, LeaseHealth, LeaseOptions, LostSignal,
+    ReplicaPolicy, StoreKind, SuspectReason,
 };

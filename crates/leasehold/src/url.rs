@@ -7,6 +7,112 @@
 //! password itself holds `/`, `?`, `#` or `@`. Limit: a secret written anywhere else in the URL (a
 //! path segment, an unusual parameter name) is shown as given.
 
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// A store URL read once: its scheme, the text the store's driver needs (secrets included) and the
+/// form every message, log line and report shows ([`redact`]ed). The registry reads the URL into
+/// this and hands it to the store the scheme picks, so that no store reads or redacts it again;
+/// `Display` and `Debug` show only the redacted form.
+///
+/// ```
+/// use leasehold::url::StoreUrl;
+/// let url = StoreUrl::parse("redis://app:s3cret@10.0.0.5:6379/0").unwrap();
+/// assert_eq!(url.scheme(), "redis");
+/// assert_eq!(url.redacted(), "redis://app:***@10.0.0.5:6379/0");
+/// assert_eq!(url.to_string(), "redis://app:***@10.0.0.5:6379/0");
+/// assert!(StoreUrl::parse("127.0.0.1:6379").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoreUrl {
+    full: String,
+    scheme_len: usize,
+    redacted: String,
+}
+
+impl StoreUrl {
+    /// Reads `url`: it must be `scheme://…` with a scheme of letters, digits, `+`, `-` and `.`
+    /// (starting with a letter), and hold no whitespace or control character (a password that does
+    /// is percent-escaped). Whether the scheme
+    /// is one this build knows, and what follows it, are for the registry and the store to judge.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] (`what`: "store url") saying what is wrong, with the URL redacted.
+    pub fn parse(url: &str) -> Result<StoreUrl> {
+        let redacted = redact(url);
+        let bad = |why: String| Error::invalid("store url", why);
+        if url.trim().is_empty() {
+            return Err(bad(
+                "it is empty; give one such as redis://127.0.0.1:6379".to_owned()
+            ));
+        }
+        let Some((scheme, _)) = url.split_once("://") else {
+            return Err(bad(format!(
+                "`{redacted}` has no scheme; write it as scheme://host… (redis://, postgres://, …)"
+            )));
+        };
+        let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if !scheme_ok {
+            return Err(bad(format!(
+                "`{redacted}` does not start with a scheme (letters, digits, `+`, `-`, `.` before `://`)"
+            )));
+        }
+        if let Some((at, c)) = url
+            .char_indices()
+            .find(|(_, c)| c.is_whitespace() || c.is_control())
+        {
+            let what = if c.is_control() {
+                format!("the control character {c:?}")
+            } else if c == ' ' {
+                "a space".to_owned()
+            } else {
+                format!("the whitespace {c:?}")
+            };
+            return Err(bad(format!(
+                "`{}` holds {what} at byte {at}; a URL holds none (percent-escape it, e.g. %20 for a space, where it belongs in a password)",
+                redacted.escape_debug()
+            )));
+        }
+        Ok(StoreUrl {
+            full: url.to_owned(),
+            scheme_len: scheme.len(),
+            redacted,
+        })
+    }
+
+    /// The scheme, as written (`redis`, `postgres`, …).
+    pub fn scheme(&self) -> &str {
+        &self.full[..self.scheme_len]
+    }
+
+    /// The URL with its secrets hidden: what messages, `status` and `list` print.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+
+    /// The URL as given, secrets included: for the store's driver only, never for a message.
+    pub fn expose(&self) -> &str {
+        &self.full
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("StoreUrl").field(&self.redacted).finish()
+    }
+}
+
 /// `url` with its secrets replaced by `***`; the user name, hosts, path and other parameters stay, so
 /// the message still says where it tried to connect.
 ///
@@ -17,7 +123,12 @@
 /// ```
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return redact_query(url);
+        // No scheme (`user:pw@host`, or one mistyped as `redis//:pw@host`): whatever precedes an `@`
+        // that a host follows may hold credentials, and is hidden whole.
+        return match userinfo_end(url) {
+            Some(at) => format!("***{}", redact_query(&url[at..])),
+            None => redact_query(url),
+        };
     };
     let (userinfo, tail) = match userinfo_end(rest) {
         Some(at) => (Some(&rest[..at]), &rest[at..]),
@@ -96,7 +207,43 @@ fn is_secret_key(k: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{redact, StoreUrl};
+    use crate::error::Error;
+
+    #[test]
+    fn a_store_url_is_read_once_with_its_redacted_form() {
+        let url = StoreUrl::parse("redis-sentinel://:pw@h1:26379,h2#m").unwrap();
+        assert_eq!(url.scheme(), "redis-sentinel");
+        assert_eq!(url.redacted(), "redis-sentinel://:***@h1:26379,h2#m");
+        assert_eq!(url.expose(), "redis-sentinel://:pw@h1:26379,h2#m");
+        assert!(!format!("{url} {url:?}").contains("pw@"), "{url:?}");
+    }
+
+    #[test]
+    fn garbage_store_urls_are_refused_saying_what_is_wrong() {
+        let cases = [
+            ("", "empty"),
+            ("   ", "empty"),
+            ("127.0.0.1:6379", "no scheme"),
+            ("redis:/h", "no scheme"),
+            ("://h", "does not start with a scheme"),
+            ("1redis://h", "does not start with a scheme"),
+            ("re dis://h", "does not start with a scheme"),
+            ("redis://h:6379\n", "control character"),
+            ("redis://u:se cret@h", "a space"),
+            ("ü://h", "does not start with a scheme"),
+        ];
+        for (given, says) in cases {
+            match StoreUrl::parse(given) {
+                Err(Error::Invalid { what, why }) => {
+                    assert_eq!(what, "store url");
+                    assert!(why.contains(says), "{given:?}: {why}");
+                    assert!(!why.contains("cret"), "{given:?}: {why}");
+                }
+                other => panic!("{given:?}: expected Invalid, got {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn passwords_never_reach_messages() {
@@ -135,6 +282,8 @@ mod tests {
             ("redis-cluster://:pw@", "redis-cluster://:***@"),
             ("redis-sentinel://u:pw@#m", "redis-sentinel://u:***@#m"),
             ("not a url", "not a url"),
+            ("redis//:pw@127.0.0.1:6379", "***@127.0.0.1:6379"),
+            ("app:pw@db.example:5432/app", "***@db.example:5432/app"),
         ];
         for (given, shown) in cases {
             assert_eq!(redact(given), shown, "{given}");

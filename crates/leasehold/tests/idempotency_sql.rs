@@ -1,6 +1,6 @@
 //! Idempotency keys on real PostgreSQL and SQLite.
 // Runs on every database backend compiled in; Cargo's `required-features` cannot say "either".
-#![cfg(any(feature = "postgres", feature = "sqlite"))]
+#![cfg(feature = "sql")]
 
 mod sql_support;
 

@@ -2,7 +2,7 @@
 //! random order, by 8 concurrent consumers of which some die mid-transaction; every message is applied
 //! exactly once. The same deliveries without the inbox apply messages more than once.
 // Runs on every database backend compiled in; Cargo's `required-features` cannot say "either".
-#![cfg(any(feature = "postgres", feature = "sqlite"))]
+#![cfg(feature = "sql")]
 
 mod sql_support;
 

@@ -281,7 +281,7 @@ async fn garbage_input_is_refused_with_a_clear_error() {
         .await
     {
         Err(
-            e @ Error::Redis {
+            e @ Error::Store {
                 phase: Phase::Connect,
                 ..
             },
@@ -323,6 +323,59 @@ async fn garbage_input_is_refused_with_a_clear_error() {
     assert!(matches!(c.list("x{").await, Err(Error::Invalid { .. })));
     // Nothing was left held by the refused calls.
     assert!(c.list("*").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn garbage_urls_are_refused_naming_what_is_wrong_and_never_the_password() {
+    // Read once, before any store is picked: a clear Invalid, no panic, no password shown.
+    let mut cases = vec![
+        ("redis://:hunter2@127.0.0.1:6379/\n", "control character"),
+        ("redis://app:hunter2 x@127.0.0.1:6379/", "a space"),
+        ("redis//:hunter2@127.0.0.1:6379", "no scheme"),
+        (
+            "-redis://:hunter2@127.0.0.1",
+            "does not start with a scheme",
+        ),
+        ("redis://:hunter2@127.0.0.1:99999/", "redis url"),
+        ("redis://:hunter2@[::1/", "redis url"),
+        ("redis-sentinel://:hunter2@h1,,h2#m", "empty host"),
+        ("redis-cluster://:hunter2@", "empty host"),
+        ("mongodb://u:hunter2@h/db", "scheme this build knows"),
+    ];
+    if cfg!(feature = "postgres") {
+        cases.push(("postgres://u:hunter2@h:notaport/db", "postgres"));
+    }
+    if cfg!(feature = "mysql") {
+        cases.push(("mysql://u:hunter2@h:notaport/db", "mysql"));
+    }
+    for (url, says) in cases {
+        match LeaseClient::connect(url).await {
+            Err(e @ Error::Invalid { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(says), "{url:?}: {msg}");
+                assert!(!msg.contains("hunter2"), "{url:?}: {msg}");
+            }
+            other => panic!("{url:?}: expected Invalid, got {other:?}"),
+        }
+    }
+    // One garbage master among a Redlock's: refused before anything is sent, the others untouched.
+    match LeaseClient::redlock([
+        "redis://127.0.0.1:1/",
+        "redis://:hunter2@127.0.0.1:2/\t",
+        "redis://127.0.0.1:3/",
+    ])
+    .connect()
+    .await
+    {
+        Err(e @ Error::Invalid { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("control character") && !msg.contains("hunter2"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,4 +433,44 @@ async fn a_cancelled_acquire_does_not_leave_the_lock_taken() {
     tokio::time::sleep(ms(200)).await;
     assert!(c.inspect("cancelled").await.unwrap().held);
     l.release().await.unwrap();
+}
+
+/// A wrong password, or none where the server requires one, is the credentials' fault
+/// (`Error::Unauthorized`, exit 77 in the CLI), not an unreachable store to retry (69).
+#[tokio::test]
+async fn wrong_or_missing_credentials_are_unauthorized() {
+    let server = leasehold_testkit::RedisServer::builder()
+        .password("s3cret")
+        .start()
+        .unwrap();
+    let acl = leasehold_testkit::RedisServer::builder()
+        .acl_user("app", "right")
+        .start()
+        .unwrap();
+    let (port, acl_port) = (server.port(), acl.port());
+    for url in [
+        format!("redis://:wrong@127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}"),
+        format!("redis://app:wrong@127.0.0.1:{acl_port}"),
+        format!("redis://nobody:right@127.0.0.1:{acl_port}"),
+    ] {
+        match LeaseClient::connect(&url).await.err() {
+            Some(e @ Error::Unauthorized { .. }) => {
+                let shown = e.to_string();
+                assert!(
+                    !shown.contains("wrong"),
+                    "the password is redacted: {shown}"
+                );
+                assert!(shown.contains("password"), "the fix names it: {shown}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    // The same servers with the right credentials: the test can tell the two apart.
+    LeaseClient::connect(&format!("redis://:s3cret@127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    LeaseClient::connect(&format!("redis://app:right@127.0.0.1:{acl_port}"))
+        .await
+        .unwrap();
 }

@@ -12,7 +12,7 @@ use lease_support::ms;
 use leasehold::lease::ReplicaPolicy;
 use leasehold::{Error, LeaseClient, LeaseOptions, LostReason};
 use leasehold_testkit::cluster::key_slot;
-use leasehold_testkit::{RedisCluster, RedisServer};
+use leasehold_testkit::{Credentials, RedisCluster, RedisServer};
 
 const SETTLE: Duration = Duration::from_secs(30);
 
@@ -332,4 +332,40 @@ async fn a_killed_master_with_the_write_replicated_keeps_the_lease_and_without_l
     let again = other.try_acquire("kept", &plain).await.unwrap();
     assert!(again.fence() > first);
     again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_are_unauthorized_naming_the_node() {
+    let cluster = blocking(|| {
+        RedisCluster::builder()
+            .masters(3)
+            .replicas_per_master(0)
+            .credentials(Credentials::password("cluster-pw"))
+            .start()
+            .expect("start a redis cluster with requirepass")
+    });
+    // The right password works.
+    let c = client(&cluster).await;
+    assert!(!c.location().contains("cluster-pw"), "{}", c.location());
+    let l = c
+        .try_acquire("auth", &LeaseOptions::with_ttl(ms(5_000)).unwrap())
+        .await
+        .unwrap();
+    l.release().await.unwrap();
+    let hosts: Vec<String> = (0..3).map(|i| cluster.addr(i).to_string()).collect();
+    // A wrong password, and none at all (NOAUTH): Unauthorized (the CLI's 77), not an outage.
+    for url in [
+        format!("redis-cluster://:wrong-pw@{}", hosts.join(",")),
+        format!("redis-cluster://{}", hosts.join(",")),
+    ] {
+        match LeaseClient::connect(&url).await {
+            Err(e @ Error::Unauthorized { .. }) => {
+                assert!(!e.is_unavailable() && !e.is_retryable(), "{e}");
+                let msg = e.to_string();
+                assert!(msg.contains("cluster node 127.0.0.1:"), "{msg}");
+                assert!(!msg.contains("wrong-pw"), "{msg}");
+            }
+            other => panic!("{url}: expected Unauthorized, got {other:?}"),
+        }
+    }
 }

@@ -35,7 +35,7 @@ async fn a_stopped_redis_makes_the_lost_signal_fire_within_the_deadline() {
     let t1 = Instant::now();
     match c.try_acquire("other-name", &opts(1_000)).await {
         Err(
-            e @ Error::Redis {
+            e @ Error::Store {
                 phase: Phase::Acquire,
                 ..
             },
@@ -331,7 +331,7 @@ async fn acl_users_authenticate_from_the_url_and_a_wrong_password_is_a_clear_err
     let wrong = format!("redis://app:hunter2x@127.0.0.1:{}/", srv.port());
     match LeaseClient::connect(&wrong).await {
         Err(
-            e @ Error::Redis {
+            e @ Error::Unauthorized {
                 phase: Phase::Connect,
                 ..
             },
@@ -350,9 +350,11 @@ async fn acl_users_authenticate_from_the_url_and_a_wrong_password_is_a_clear_err
         other => panic!("expected a connect error, got {other:?}"),
     }
     let anonymous = format!("redis://127.0.0.1:{}/", srv.port());
+    // A server that wants credentials the URL does not give (NOAUTH) is a refusal too, not an
+    // unreachable store.
     match LeaseClient::connect(&anonymous).await {
         Err(
-            e @ Error::Redis {
+            e @ Error::Unauthorized {
                 phase: Phase::Connect,
                 ..
             },
@@ -512,7 +514,7 @@ async fn tls_through_a_rediss_url_with_a_private_root_certificate() {
     assert!(
         matches!(
             untrusted,
-            Err(Error::Redis {
+            Err(Error::Store {
                 phase: Phase::Connect,
                 ..
             })
@@ -528,7 +530,7 @@ async fn tls_through_a_rediss_url_with_a_private_root_certificate() {
     assert!(
         matches!(
             plain,
-            Err(Error::Redis {
+            Err(Error::Store {
                 phase: Phase::Connect,
                 ..
             })
@@ -558,7 +560,7 @@ async fn tls_through_a_rediss_url_with_a_private_root_certificate() {
         matches!(
             garbage,
             Err(Error::Invalid { .. })
-                | Err(Error::Redis {
+                | Err(Error::Store {
                     phase: Phase::Connect,
                     ..
                 })

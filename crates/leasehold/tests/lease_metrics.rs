@@ -31,6 +31,17 @@ fn counter(entries: &Entries, name: &str, label: Option<(&str, &str)>) -> u64 {
         .sum()
 }
 
+fn gauge(entries: &Entries, name: &str) -> f64 {
+    entries
+        .iter()
+        .filter(|(k, ..)| k.kind() == MetricKind::Gauge && k.key().name() == name)
+        .map(|(.., v)| match v {
+            DebugValue::Gauge(g) => g.into_inner(),
+            _ => 0.0,
+        })
+        .sum()
+}
+
 fn samples(entries: &Entries, name: &str) -> usize {
     entries
         .iter()
@@ -48,7 +59,7 @@ async fn acquisitions_contention_renewals_losses_and_times_are_recorded() {
     let snapshotter = recorder.snapshotter();
     recorder.install().expect("first recorder in this binary");
 
-    let srv = server();
+    let mut srv = server();
     let c = client(&srv).await;
     let a = c.try_acquire("m", &opts(300)).await.unwrap(); // acquired
     assert!(matches!(
@@ -105,4 +116,42 @@ async fn acquisitions_contention_renewals_losses_and_times_are_recorded() {
     );
     assert_eq!(samples(&e, m::ACQUIRE_WAIT_SECONDS), 4);
     assert_eq!(samples(&e, m::HOLD_SECONDS), 2, "one release, one loss");
+    assert_eq!(
+        counter(&e, m::SUSPECT_TOTAL, None),
+        0,
+        "nothing was at risk"
+    );
+
+    // A lease whose renewals fail is suspect (counted once, and in the gauge while it lasts), then
+    // lost (out of the gauge).
+    let o = LeaseOptions::builder()
+        .ttl(ms(1_200))
+        .renew_every(ms(200))
+        .build()
+        .unwrap();
+    let s = c.try_acquire("s", &o).await.unwrap();
+    let mut health = s.health();
+    srv.pause().unwrap();
+    tokio::time::timeout(ms(2_000), health.at_risk())
+        .await
+        .expect("suspect while the server is stopped");
+    let e: Entries = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        counter(&e, m::SUSPECT_TOTAL, Some(("reason", "renewal_failing"))),
+        1
+    );
+    let suspect_now = gauge(&e, m::SUSPECT_LEASES);
+    assert_eq!(suspect_now, 1.0);
+    let _ = tokio::time::timeout(ms(3_000), s.lost().fired())
+        .await
+        .expect("lost at the deadline");
+    srv.resume().unwrap();
+    // The debugging recorder's snapshot hands over what changed since the last one: the gauge's
+    // two readings add up to its value now.
+    let e: Entries = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        suspect_now + gauge(&e, m::SUSPECT_LEASES),
+        0.0,
+        "a lost lease is not suspect"
+    );
 }

@@ -263,13 +263,15 @@ async fn a_crash_after_an_asynchronous_commit_would_issue_a_fence_twice_the_stor
     let mut conn = sql(&url).await;
     sqlx::query("CHECKPOINT").execute(&mut conn).await.unwrap();
     let take = |token: &'static str| {
-        sqlx::query_as::<_, (bool, i64, bool, Option<i64>)>(&unsafe_sql)
-            .bind("crash")
-            .bind("unsafe")
-            .bind(token)
-            .bind(30_000_i64)
-            .bind(0_i64)
-            .bind(5_000_i64)
+        sqlx::query_as::<_, (bool, i64, bool, Option<i64>)>(sqlx::AssertSqlSafe(
+            unsafe_sql.as_str(),
+        ))
+        .bind("crash")
+        .bind("unsafe")
+        .bind(token)
+        .bind(30_000_i64)
+        .bind(0_i64)
+        .bind(5_000_i64)
     };
     let (taken, first_fence, _, _) = take("first").fetch_one(&mut conn).await.unwrap();
     assert!(taken);
@@ -600,14 +602,18 @@ async fn a_holder_process_paused_past_its_lease_is_refused_by_the_fence_an_unfen
     let url = schema.url();
     let mut conn = sql(&url).await;
     for table in ["ledger", "ledger_unfenced"] {
-        sqlx::query(&format!("CREATE TABLE {table} (writer TEXT)"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        sqlx::query(&format!("INSERT INTO {table} VALUES ('none')"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        sqlx::query(leasehold::sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {table} (writer TEXT)"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(leasehold::sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {table} VALUES ('none')"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
     }
     let mut child = spawn_child("paused-writer", &url, "paused");
     let pid = Pid::from_raw(child.id() as i32);
@@ -758,7 +764,7 @@ async fn bad_urls_a_database_down_or_never_migrated_get_clear_errors_and_hide_th
         "{e:?}"
     );
     assert!(!c.inspect("x").await.unwrap().held);
-    assert_eq!(c.store_kind(), leasehold::StoreKind::Postgres);
+    assert_eq!(c.store_kind(), leasehold::StoreKind::POSTGRES);
     assert!(c.key_of("x").unwrap().contains("leasehold_leases"));
     // A client's Debug output and location never show the password: the test URL's own, or one
     // added where it has none (the local test server trusts local connections).
@@ -789,4 +795,27 @@ async fn bad_urls_a_database_down_or_never_migrated_get_clear_errors_and_hide_th
             assert!(!shown.contains(&leak), "{shown}");
         }
     }
+}
+
+/// A login PostgreSQL refuses (no such role, or a wrong password: SQLSTATE 28000 / 28P01) is the
+/// credentials' fault (`Error::Unauthorized`, exit 77 in the CLI), not an outage to retry (69).
+#[tokio::test]
+async fn a_refused_login_is_unauthorized_not_unreachable() {
+    let url = leasehold_testkit::postgres_url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let bad = format!("{scheme}://leasehold_no_such_role:not-the-pw@{host}");
+    match LeaseClient::connect(&bad).await.err() {
+        Some(e @ Error::Unauthorized { .. }) => {
+            let shown = e.to_string();
+            assert!(
+                !shown.contains("not-the-pw"),
+                "the password is redacted: {shown}"
+            );
+        }
+        other => panic!("{bad}: {other:?}"),
+    }
+    // The right credentials on the same server connect: the test tells the two apart.
+    let schema = PgSchema::create().await;
+    client(&schema.url(), "auth").await;
 }

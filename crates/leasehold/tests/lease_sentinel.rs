@@ -206,10 +206,17 @@ async fn a_demoted_primary_that_is_still_up_gets_no_more_writes() {
             let real = raw_pttl(&set, new, &pinned_key);
             assert!(real < 9_000, "PTTL {real} on the real primary");
         }
-        Err(Error::Redis {
-            phase: Phase::Renew,
-            source,
-        }) => assert_eq!(source.code(), Some("READONLY"), "{source}"),
+        Err(
+            e @ Error::Store {
+                phase: Phase::Renew,
+                ..
+            },
+        ) => {
+            let source = e
+                .store_source::<redis::RedisError>()
+                .expect("a Redis error");
+            assert_eq!(source.code(), Some("READONLY"), "{source}")
+        }
         Err(other) => panic!("unexpected {other}"),
     }
     // Ours followed the sentinels (+switch-master): renewed on the new primary, not on the old one.
@@ -252,25 +259,67 @@ async fn separate_credentials_for_sentinels_and_data_nodes() {
         .unwrap();
     a.release().await.unwrap();
 
-    // Without the sentinels' password: refused, unreachable as far as the CLI can tell (69), and
-    // no secret in the message.
+    // Without the sentinels' password: the sentinels refuse, which is Unauthorized naming a
+    // sentinel (the CLI's 77, not the 69 of a store that did not answer), with no secret in the
+    // message.
     let err = LeaseClient::builder(set.sentinel_url())
         .connect_timeout(ms(1_000))
         .response_timeout(ms(1_000))
         .connect()
         .await
         .unwrap_err();
-    assert!(err.is_unavailable(), "{err}");
     assert!(!err.to_string().contains("secret"), "{err}");
-    // With a wrong data password: the sentinels answer, the primary refuses.
+    match &err {
+        Error::Unauthorized { store, fix, .. } => {
+            assert!(store.starts_with("sentinel "), "{err}");
+            assert!(fix.contains("sentinel_password"), "{err}");
+        }
+        other => panic!("expected Unauthorized, got {other:?}"),
+    }
+    assert!(!err.is_unavailable() && !err.is_retryable(), "{err}");
+    // A wrong sentinel password: the same.
+    let wrong_sentinel = format!(
+        "redis-sentinel://app:data-secret@{}?sentinel_password=nope-nope#{}",
+        set.sentinel_hosts(),
+        set.master_name()
+    );
+    match LeaseClient::connect(&wrong_sentinel).await {
+        Err(e @ Error::Unauthorized { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("sentinel 127.0.0.1:"), "{msg}");
+            assert!(
+                !msg.contains("nope-nope") && !msg.contains("secret"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected Unauthorized, got {other:?}"),
+    }
+    // With a wrong data password: the sentinels answer, the primary they name refuses.
     let wrong = format!(
         "redis-sentinel://app:nope@{}?sentinel_password=sentinel-secret#{}",
         set.sentinel_hosts(),
         set.master_name()
     );
     let err = LeaseClient::connect(&wrong).await.unwrap_err();
-    assert!(err.is_unavailable(), "{err}");
     assert!(!err.to_string().contains("secret"), "{err}");
+    match &err {
+        Error::Unauthorized { store, fix, .. } => {
+            assert!(store.starts_with("primary 127.0.0.1:"), "{err}");
+            assert!(fix.contains("user-info"), "{err}");
+        }
+        other => panic!("expected Unauthorized, got {other:?}"),
+    }
+    assert!(!err.is_unavailable(), "{err}");
+    // No data credentials at all (the primary answers NOAUTH): refused too.
+    let anonymous = format!(
+        "redis-sentinel://{}?sentinel_password=sentinel-secret#{}",
+        set.sentinel_hosts(),
+        set.master_name()
+    );
+    match LeaseClient::connect(&anonymous).await {
+        Err(Error::Unauthorized { store, .. }) => assert!(store.starts_with("primary "), "{store}"),
+        other => panic!("expected Unauthorized, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,7 +373,7 @@ async fn bad_sentinel_input_is_refused_clearly() {
         err.is_unavailable()
             && matches!(
                 err,
-                Error::Redis {
+                Error::Store {
                     phase: Phase::Connect,
                     ..
                 }

@@ -73,11 +73,31 @@ async fn a_replica_is_refused() {
     let b = server();
     let mut replica = server();
     tokio::task::block_in_place(|| replica.replicate_from(&a)).unwrap();
-    let msg = invalid(connect(&[b.url(), a.url(), replica.url()]).await);
-    assert!(
-        msg.contains("not a master") && msg.contains("slave"),
-        "{msg}"
-    );
+    match connect(&[b.url(), a.url(), replica.url()]).await {
+        Err(e @ Error::Misconfigured { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("not a master") && msg.contains("slave"),
+                "{msg}"
+            );
+            assert!(!e.is_unavailable() && !e.is_retryable());
+        }
+        other => panic!("expected Misconfigured, got {other:?}"),
+    }
+    // A master that may evict lease keys is refused like a single server.
+    let evicting = RedisServer::builder()
+        .arg("--maxmemory")
+        .arg("8mb")
+        .arg("--maxmemory-policy")
+        .arg("allkeys-lru")
+        .start()
+        .unwrap();
+    match connect(&[b.url(), a.url(), evicting.url()]).await {
+        Err(Error::Misconfigured { found, .. }) => {
+            assert!(found.contains("allkeys-lru"), "{found}")
+        }
+        other => panic!("expected Misconfigured, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,19 +110,38 @@ async fn acl_users_and_passwords_work_per_master() {
     let c = server();
     let c_wrong = format!("redis://app:nope@127.0.0.1:{}/", a.port());
     let client = connect(&[a.url(), b.url(), c.url()]).await.unwrap();
-    assert_eq!(client.store_kind(), StoreKind::Redlock);
+    assert_eq!(client.store_kind(), StoreKind::REDLOCK);
     assert!(!client.location().contains("pw-a") && !client.location().contains("pw-b"));
     let lease = client.try_acquire("job", &opts(5_000)).await.unwrap();
     lease.release().await.unwrap();
-    // Wrong credentials on two of three: no majority, said so with the server's refusal.
+    // Wrong credentials on two of three: refused credentials (the CLI's 77), naming a master that
+    // refused, not an outage (69), and without the password.
     let wrong_b = format!("redis://:nope@127.0.0.1:{}/", b.port());
-    match connect(&[c_wrong, wrong_b, c.url()]).await {
-        Err(e @ Error::NoQuorum { .. }) => {
-            assert!(e.is_unavailable());
+    match connect(&[c_wrong.clone(), wrong_b, c.url()]).await {
+        Err(e @ Error::Unauthorized { .. }) => {
+            assert!(!e.is_unavailable() && !e.is_retryable(), "{e}");
             let msg = e.to_string();
-            assert!(msg.contains("1 of 3") && !msg.contains("nope"), "{msg}");
+            assert!(msg.contains("Redlock master redis://"), "{msg}");
+            assert!(!msg.contains("nope"), "{msg}");
         }
-        other => panic!("expected NoQuorum, got {other:?}"),
+        other => panic!("expected Unauthorized, got {other:?}"),
+    }
+    // One master of three refusing is enough: a majority would answer, but the URL is wrong.
+    match connect(&[c_wrong, b.url(), c.url()]).await {
+        Err(e @ Error::Unauthorized { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains(&format!(":{}", a.port())), "{msg}");
+            assert!(!msg.contains("nope"), "{msg}");
+        }
+        other => panic!("expected Unauthorized, got {other:?}"),
+    }
+    // A master that wants a password its URL does not give (NOAUTH): the same.
+    let anonymous_b = format!("redis://127.0.0.1:{}/", b.port());
+    match connect(&[a.url(), anonymous_b, c.url()]).await {
+        Err(e @ Error::Unauthorized { .. }) => {
+            assert!(e.to_string().contains(&format!(":{}", b.port())), "{e}")
+        }
+        other => panic!("expected Unauthorized, got {other:?}"),
     }
 }
 

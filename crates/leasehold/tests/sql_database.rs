@@ -9,7 +9,7 @@ use leasehold::{Error, Fence};
 
 #[tokio::test]
 async fn bad_settings_are_refused_with_what_to_do() {
-    for url in ["mysql://u:hunter2@h/db", "", "redis://127.0.0.1"] {
+    for url in ["mssql://u:hunter2@h/db", "", "redis://127.0.0.1"] {
         let err = Database::connect(url).await.unwrap_err();
         assert!(
             matches!(
@@ -90,6 +90,10 @@ async fn own_migrations_table_leaves_sqlx_migrations_alone() {
                         "SELECT COUNT(*) FROM information_schema.tables \
                          WHERE table_schema = current_schema() AND table_name = '_sqlx_migrations'"
                     }
+                    Backend::MySql => {
+                        "SELECT COUNT(*) FROM information_schema.tables \
+                         WHERE table_schema = DATABASE() AND table_name = '_sqlx_migrations'"
+                    }
                     _ => "SELECT COUNT(*) FROM sqlite_master WHERE name = '_sqlx_migrations'",
                 },
                 &[],
@@ -137,8 +141,11 @@ async fn forgetting_migrate_says_what_to_do_on_postgres() {
     let err = db.begin_fenced("r", Fence::new(1)).await.unwrap_err();
     assert!(err.to_string().contains("migrate()"), "{err}");
     let mut tx = db.begin().await.unwrap();
-    tx.execute(&format!("DROP SCHEMA {schema} CASCADE"), &[])
-        .await
-        .unwrap();
+    tx.execute(
+        leasehold::sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")),
+        &[],
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
 }

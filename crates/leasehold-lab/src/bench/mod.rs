@@ -12,9 +12,10 @@
 //! | S3 | one process holding 10,000 leases with renewal on | 1 KiB per lease |
 //! | S4 | a fenced SQL transaction on PostgreSQL and SQLite | the same transaction unfenced |
 //! | S5 | S1, S2 (16 contenders) and S3 in every store this build can start or reach | the Redis store, in the same run |
+//! | S6 | election hand-over: a leader resigns, the waiting candidate leads, in every store | the same hand-over of a plain lease, alternating |
 //!
 //! Layout: [`measure`](self) (clock, histograms, commandstats, /proc), `baseline` (the reference
-//! lock), `contend` (the S2 contender loop and hold analysis), `s1`..`s4` (one file per scenario), `stores` (S5).
+//! lock), `contend` (the S2 contender loop and hold analysis), `s1`..`s4` and `s6` (one file per scenario), `stores` (S5).
 //! Worker processes are this same binary run as `leasehold __bench-worker`.
 
 mod baseline;
@@ -24,7 +25,9 @@ mod s1;
 mod s2;
 mod s3;
 mod s4;
+mod s6;
 mod stores;
+mod table;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -52,6 +55,8 @@ pub enum Scenario {
     S4,
     /// S1, S2 and S3 in every store this build can start or reach, as ratios to Redis.
     S5,
+    /// Election hand-over in every store, against a plain lease's hand-over.
+    S6,
 }
 
 /// Command-line arguments of `leasehold bench`.
@@ -73,7 +78,12 @@ pub struct BenchArgs {
     )]
     pub database: String,
     /// Run only these scenarios (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "S1,S2,S3,S4,S5")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        value_name = "S1,S2,S3,S4,S5,S6"
+    )]
     pub only: Vec<Scenario>,
     /// Seconds each measurement runs (default 5, or 1.5 with --quick).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
@@ -161,6 +171,8 @@ struct BenchReport {
     s4: Option<s4::S4Report>,
     /// One row per store (S5); the Redis row is the reference.
     stores: Vec<stores::StoreRow>,
+    /// One row per store (S6): election hand-over against lease hand-over.
+    elections: Vec<s6::S6Row>,
     /// Scenarios that failed, with the reason.
     failures: BTreeMap<String, String>,
     notes: Vec<String>,
@@ -233,34 +245,86 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
     .await?
     .context("starting the benchmark's private redis-server")?;
     let url = server.url();
-    let redis_pid = server.pid();
     let mut probe = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await
         .context("connecting to the benchmark's redis-server")?;
     let machine = Machine::describe(&mut probe).await;
-
-    let mut report = BenchReport {
-        command: std::env::args()
-            .map(|a| leasehold::url::redact(&a))
-            .collect::<Vec<_>>()
-            .join(" "),
-        quick: args.quick,
-        machine,
-        s1: None,
-        s2: Vec::new(),
-        s3: None,
-        s4: None,
-        stores: Vec::new(),
-        failures: BTreeMap::new(),
-        notes: Vec::new(),
+    let mut report = BenchReport::new(args.quick, machine);
+    let bench = Bench {
+        args: &args,
+        plan,
+        redis_pid: server.pid(),
+        url,
+        worker_exe,
     };
-    let progress = |msg: &str| eprintln!("bench: {msg}");
-
     if args.runs(Scenario::S1) {
+        bench.s1(&mut report).await;
+    }
+    if args.runs(Scenario::S2) {
+        bench.s2(&mut report).await?;
+    }
+    if args.runs(Scenario::S3) {
+        bench.s3(&mut report).await?;
+    }
+    if args.runs(Scenario::S4) {
+        bench.s4(&mut report).await;
+    }
+    drop(server);
+    if args.runs(Scenario::S5) {
+        bench.s5(&mut report).await;
+    }
+    if args.runs(Scenario::S6) {
+        bench.s6(&mut report).await;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        table::print_table(&report);
+    }
+    Ok(if report.failures.is_empty() { 0 } else { 1 })
+}
+
+fn progress(msg: &str) {
+    eprintln!("bench: {msg}");
+}
+
+impl BenchReport {
+    fn new(quick: bool, machine: Machine) -> Self {
+        Self {
+            command: std::env::args()
+                .map(|a| leasehold::url::redact(&a))
+                .collect::<Vec<_>>()
+                .join(" "),
+            quick,
+            machine,
+            s1: None,
+            s2: Vec::new(),
+            s3: None,
+            s4: None,
+            stores: Vec::new(),
+            elections: Vec::new(),
+            failures: BTreeMap::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// What every scenario of one run shares: the arguments, the plan, the private redis-server (S1 to
+/// S3) and the executable the worker processes run.
+struct Bench<'a> {
+    args: &'a BenchArgs,
+    plan: Plan,
+    url: String,
+    redis_pid: Option<u32>,
+    worker_exe: PathBuf,
+}
+
+impl Bench<'_> {
+    async fn s1(&self, report: &mut BenchReport) {
         progress("S1 uncontended: leasehold vs the baseline lock");
-        let url = url.clone();
-        let (each, slices) = (plan.measure, plan.s1_slices);
+        let (url, redis_pid) = (self.url.clone(), self.redis_pid);
+        let (each, slices) = (self.plan.measure, self.plan.s1_slices);
         let opts = LeaseOptions::default();
         match guarded(async move { s1::run(&url, redis_pid, each, slices, &opts).await }).await {
             Ok(r) => report.s1 = Some(r),
@@ -270,14 +334,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
         }
     }
 
-    if args.runs(Scenario::S2) {
+    async fn s2(&self, report: &mut BenchReport) -> anyhow::Result<()> {
         let opts = LeaseOptions::with_ttl(Duration::from_secs(2))?;
         let mut configs = Vec::new();
         for contenders in [16, 128] {
             for mode in [Mode::Tasks, Mode::Processes] {
                 configs.push((LockKind::Leasehold, mode, contenders));
             }
-            if args.baseline_s2 {
+            if self.args.baseline_s2 {
                 configs.push((LockKind::BaselinePoll, Mode::Tasks, contenders));
             }
         }
@@ -290,10 +354,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 mode,
                 contenders,
                 hold: Duration::from_millis(1),
-                duration: plan.measure,
-                rtt_samples: plan.rtt_samples,
+                duration: self.plan.measure,
+                rtt_samples: self.plan.rtt_samples,
             };
-            let (url, exe, opts) = (url.clone(), worker_exe.clone(), opts.clone());
+            let (url, exe, opts) = (self.url.clone(), self.worker_exe.clone(), opts.clone());
+            let redis_pid = self.redis_pid;
             match guarded(async move { s2::run(&cfg, &url, redis_pid, &exe, &opts).await }).await {
                 Ok(row) => report.s2.push(row),
                 Err(e) => {
@@ -304,15 +369,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 }
             }
         }
+        Ok(())
     }
 
-    if args.runs(Scenario::S3) {
+    async fn s3(&self, report: &mut BenchReport) -> anyhow::Result<()> {
         progress(&format!(
             "S3 many leases: one process holding {} leases",
-            args.leases
+            self.args.leases
         ));
-        let opts = LeaseOptions::with_ttl(plan.s3_ttl)?;
-        let (url, exe, leases, hold) = (url.clone(), worker_exe.clone(), args.leases, plan.s3_hold);
+        let opts = LeaseOptions::with_ttl(self.plan.s3_ttl)?;
+        let (url, exe) = (self.url.clone(), self.worker_exe.clone());
+        let (leases, hold, redis_pid) = (self.args.leases, self.plan.s3_hold, self.redis_pid);
         match guarded(async move { s3::run(&url, redis_pid, &exe, leases, &opts, hold).await })
             .await
         {
@@ -321,11 +388,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 report.failures.insert("s3".into(), e);
             }
         }
+        Ok(())
     }
 
-    if args.runs(Scenario::S4) {
+    async fn s4(&self, report: &mut BenchReport) {
         progress("S4 fenced vs unfenced transaction: PostgreSQL and SQLite");
-        let (database, each) = (args.database.clone(), plan.s4_each);
+        let (database, each) = (self.args.database.clone(), self.plan.s4_each);
         match guarded(async move { s4::run(&database, each).await }).await {
             Ok(r) => {
                 if let Some(note) = &r.postgres_skipped {
@@ -340,26 +408,25 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    drop(server);
 
-    if args.runs(Scenario::S5) {
+    async fn s5(&self, report: &mut BenchReport) {
         let mut notes = Vec::new();
         match stores::redis().await {
             Ok(redis) => {
-                let others = stores::others(&args.database, &mut notes).await;
+                let others = stores::others(&self.args.database, &mut notes).await;
                 for target in std::iter::once(&redis).chain(others.iter()) {
                     progress(&format!(
                         "S5 {}: S1 and S2 against redis, S3 with {} leases",
-                        target.label, args.leases
+                        target.label, self.args.leases
                     ));
                     let r = stores::measure(
                         target,
                         &redis,
-                        plan.measure,
-                        plan.s1_slices,
-                        args.leases,
-                        plan.s3_hold,
-                        &worker_exe,
+                        self.plan.measure,
+                        self.plan.s1_slices,
+                        self.args.leases,
+                        self.plan.s3_hold,
+                        &self.worker_exe,
                     )
                     .await;
                     match r {
@@ -378,13 +445,47 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
         }
         report.notes.extend(notes);
     }
+}
 
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_table(&report);
+impl Bench<'_> {
+    async fn s6(&self, report: &mut BenchReport) {
+        let rounds = if self.args.quick { 20 } else { 100 };
+        let mut notes = Vec::new();
+        let mut targets = Vec::new();
+        match stores::redis().await {
+            Ok(t) => targets.push(t),
+            Err(e) => {
+                report.failures.insert("s6".into(), format!("{e:#}"));
+                return;
+            }
+        }
+        // The quick run measures Redis alone: the other stores' servers take longer to start than
+        // their rounds take.
+        if !self.args.quick {
+            targets.extend(stores::others(&self.args.database, &mut notes).await);
+            match stores::redlock().await {
+                Ok(t) => targets.push(t),
+                Err(e) => notes.push(format!("S6 on Redlock skipped: {e:#}")),
+            }
+        }
+        for target in &targets {
+            progress(&format!(
+                "S6 {}: election hand-over vs lease hand-over, {rounds} rounds each",
+                target.label
+            ));
+            match s6::run(target, rounds).await {
+                Ok(row) => report.elections.push(row),
+                Err(e) => {
+                    report
+                        .failures
+                        .insert(format!("s6 {}", target.label), format!("{e:#}"));
+                }
+            }
+        }
+        report
+            .notes
+            .extend(notes.into_iter().map(|n| n.replace("S5", "S6")));
     }
-    Ok(if report.failures.is_empty() { 0 } else { 1 })
 }
 
 /// Runs one scenario in its own task, so that a panic in it becomes a reported failure of that
@@ -413,182 +514,6 @@ async fn guarded<T: Send + 'static>(
             };
             eprintln!("bench: failed: {msg}");
             Err(msg)
-        }
-    }
-}
-
-fn yes_no(b: bool) -> &'static str {
-    if b {
-        "met"
-    } else {
-        "MISSED"
-    }
-}
-
-fn print_table(r: &BenchReport) {
-    let m = &r.machine;
-    println!(
-        "machine: {} CPUs, {}, redis {}, load {:.2}{}",
-        m.nproc,
-        m.cpu_model,
-        m.redis_version,
-        m.loadavg_1m,
-        if r.quick { " (--quick)" } else { "" }
-    );
-    if let Some(s1) = &r.s1 {
-        println!("\nS1 uncontended acquire+release, one client");
-        println!(
-            "  leasehold  {:>9.0} cycles/s  p50 {:>7.1} us  p99 {:>7.1} us  ({:.2} round trips/cycle)",
-            s1.leasehold_cycles_per_s,
-            s1.leasehold_p50_us,
-            s1.leasehold_p99_us,
-            s1.leasehold_round_trips_per_cycle
-        );
-        println!(
-            "  baseline   {:>9.0} cycles/s  p50 {:>7.1} us  p99 {:>7.1} us",
-            s1.baseline_cycles_per_s, s1.baseline_p50_us, s1.baseline_p99_us
-        );
-        println!(
-            "  per cycle, leasehold vs baseline: redis commands {:.1} vs {:.1}, redis CPU {:.1} vs {:.1} us, client CPU {:.1} vs {:.1} us",
-            s1.leasehold_commands_per_cycle,
-            s1.baseline_commands_per_cycle,
-            s1.leasehold_redis_cpu_us_per_cycle,
-            s1.baseline_redis_cpu_us_per_cycle,
-            s1.leasehold_client_cpu_us_per_cycle,
-            s1.baseline_client_cpu_us_per_cycle
-        );
-        println!(
-            "  ratio {:.3} (target >= 0.95: {})",
-            s1.ratio,
-            yes_no(s1.target_0_95_met)
-        );
-    }
-    if !r.s2.is_empty() {
-        println!("\nS2 contended, 1 ms holds");
-        println!(
-            "  {:<13} {:<9} {:>4} {:>8} {:>8} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>4}",
-            "lock",
-            "mode",
-            "n",
-            "acq/s",
-            "ideal",
-            "ratio",
-            "hand p50",
-            "hand p99",
-            "cross p99",
-            "cross%",
-            "rt/acq",
-            "cmd/acq",
-            "ovl"
-        );
-        for row in &r.s2 {
-            println!(
-                "  {:<13} {:<9} {:>4} {:>8.0} {:>8.0} {:>6.2} {:>7.0}us {:>7.0}us {:>7.0}us {:>5.0}% {:>6.2} {:>7.2} {:>4}",
-                format!("{:?}", row.lock).to_lowercase(),
-                format!("{:?}", row.mode).to_lowercase(),
-                row.contenders,
-                row.acquisitions_per_s,
-                row.ideal_acquisitions_per_s,
-                row.throughput_vs_ideal,
-                row.handoff_p50_us,
-                row.handoff_p99_us,
-                row.cross_handoff_p99_us,
-                row.cross_share * 100.0,
-                row.round_trips_per_acquisition,
-                row.commands_per_acquisition,
-                row.overlaps
-            );
-            println!(
-                "      shares {:.2}-{:.2} of the mean; longest wait {:.1} ms (bound {:.1} ms)",
-                row.share_min,
-                row.share_max,
-                row.max_wait_us / 1e3,
-                row.max_wait_bound_us / 1e3
-            );
-            let t = &row.targets_met;
-            println!(
-                "      >= 0.95 x ideal: {}; round trips <= 3: {}; cross p99 <= 1 ms: {}; shares +-10%: {}; longest wait: {}; no overlaps: {}",
-                yes_no(t.throughput_at_least_0_95_ideal),
-                yes_no(t.round_trips_at_most_3),
-                yes_no(t.cross_handoff_p99_at_most_1ms),
-                yes_no(t.shares_within_10_percent),
-                yes_no(t.max_wait_within_bound),
-                yes_no(t.no_overlaps)
-            );
-        }
-    }
-    if let Some(s3) = &r.s3 {
-        println!("\nS3 {} leases held with renewal on", s3.leases);
-        println!(
-            "  {:.0} renewal commands/s, {:.0} round trips/s, client CPU {:.1}% of a core, redis CPU {:.1}%",
-            s3.renewal_commands_per_s,
-            s3.renewal_round_trips_per_s,
-            s3.client_cpu_share * 100.0,
-            s3.redis_cpu_share * 100.0
-        );
-        println!(
-            "  {:.0} bytes resident per lease after renewals ({:.0} right after acquiring; target <= 1024: {}), {} lost",
-            s3.bytes_per_lease,
-            s3.bytes_per_lease_at_acquire,
-            yes_no(s3.target_met),
-            s3.lost
-        );
-    }
-    if let Some(s4) = &r.s4 {
-        println!("\nS4 fenced vs unfenced transaction");
-        for (label, side) in [("postgres", &s4.postgres), ("sqlite", &s4.sqlite)] {
-            if let Some(side) = side {
-                println!(
-                    "  {label:<8} unfenced {:>7.0} tx/s, fenced {:>7.0} tx/s, ratio {:.3}",
-                    side.unfenced_tx_per_s, side.fenced_tx_per_s, side.ratio
-                );
-            }
-        }
-        if let Some(met) = s4.target_met {
-            println!("  PostgreSQL target >= 0.75: {}", yes_no(met));
-        }
-    }
-    for note in &r.notes {
-        println!("\nnote: {note}");
-    }
-    for (scenario, why) in &r.failures {
-        println!("\nFAILED {scenario}: {why}");
-    }
-    if !r.stores.is_empty() {
-        println!("\nS5 every store (ratios to redis in the same run)");
-        println!(
-            "  {:<9} {:>9} {:>8} {:>8} {:>6} {:>6} {:>8} {:>6} {:>6} {:>4} {:>9} {:>8} {:>4}",
-            "store",
-            "S1 cyc/s",
-            "p50",
-            "p99",
-            "rt/cyc",
-            "ratio",
-            "S2 acq/s",
-            "rt/acq",
-            "ratio",
-            "ovl",
-            "S3 B/lease",
-            "rt/s",
-            "lost"
-        );
-        for row in &r.stores {
-            println!(
-                "  {:<9} {:>9.0} {:>6.0}us {:>6.0}us {:>6.2} {:>6.2} {:>8.0} {:>6.2} {:>6.2} {:>4} {:>9.0} {:>8.1} {:>4}",
-                row.store,
-                row.s1_cycles_per_s,
-                row.s1_p50_us,
-                row.s1_p99_us,
-                row.s1_round_trips_per_cycle,
-                row.s1_ratio_to_redis,
-                row.s2_acquisitions_per_s,
-                row.s2_round_trips_per_acquisition,
-                row.s2_ratio_to_redis,
-                row.s2_overlaps,
-                row.s3_bytes_per_lease,
-                row.s3_renewal_round_trips_per_s,
-                row.s3_lost
-            );
         }
     }
 }

@@ -141,44 +141,7 @@ pub(crate) async fn run(
 
     let (records, round_trips, (start, end), commands, redis_cpu, redis_connections) =
         match cfg.mode {
-            Mode::Tasks => {
-                let locker = match cfg.lock {
-                    LockKind::Leasehold => Locker::Leasehold {
-                        client: leasehold::LeaseClient::connect(url)
-                            .await
-                            .context("connecting leasehold for S2")?,
-                        opts: lease_opts.clone(),
-                    },
-                    LockKind::BaselinePoll => {
-                        Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?)
-                    }
-                };
-                let stats0 = CommandStats::read(&mut probe).await?;
-                let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
-                let rt0 = locker.round_trips();
-                let start = mono_ns();
-                let end = start + cfg.duration.as_nanos() as u64;
-                let tasks: Vec<_> = (0..cfg.contenders)
-                    .map(|i| tokio::spawn(contend(locker.clone(), name.clone(), i, cfg.hold, end)))
-                    .collect();
-                let mut records = Vec::with_capacity(tasks.len());
-                for t in tasks {
-                    records.push(t.await.context("an S2 contender task panicked")?);
-                }
-                let round_trips = locker.round_trips() - rt0;
-                let connections = connected_clients(&mut probe).await?;
-                let stats1 = CommandStats::read(&mut probe).await?;
-                let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
-                let cpu = cpu0.zip(cpu1).map(|(a, b)| b - a);
-                (
-                    records,
-                    round_trips,
-                    (start, end),
-                    stats1.since(&stats0),
-                    cpu,
-                    connections,
-                )
-            }
+            Mode::Tasks => run_tasks(cfg, url, &name, lease_opts, &mut probe, redis_pid).await?,
             Mode::Processes => {
                 run_processes(
                     cfg, url, &name, worker_exe, lease_opts, &mut probe, redis_pid,
@@ -254,6 +217,53 @@ pub(crate) async fn run(
         },
     };
     Ok(row)
+}
+
+/// The contenders as tasks of this process, clones of one client.
+async fn run_tasks(
+    cfg: &S2Config,
+    url: &str,
+    name: &str,
+    lease_opts: &leasehold::LeaseOptions,
+    probe: &mut redis::aio::MultiplexedConnection,
+    redis_pid: Option<u32>,
+) -> anyhow::Result<RunOutput> {
+    let locker = match cfg.lock {
+        LockKind::Leasehold => Locker::Leasehold {
+            client: leasehold::LeaseClient::connect(url)
+                .await
+                .context("connecting leasehold for S2")?,
+            opts: lease_opts.clone(),
+        },
+        LockKind::BaselinePoll => {
+            Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?)
+        }
+    };
+    let stats0 = CommandStats::read(probe).await?;
+    let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
+    let rt0 = locker.round_trips();
+    let start = mono_ns();
+    let end = start + cfg.duration.as_nanos() as u64;
+    let tasks: Vec<_> = (0..cfg.contenders)
+        .map(|i| tokio::spawn(contend(locker.clone(), name.to_owned(), i, cfg.hold, end)))
+        .collect();
+    let mut records = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        records.push(t.await.context("an S2 contender task panicked")?);
+    }
+    let round_trips = locker.round_trips() - rt0;
+    let connections = connected_clients(probe).await?;
+    let stats1 = CommandStats::read(probe).await?;
+    let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
+    let cpu = cpu0.zip(cpu1).map(|(a, b)| b - a);
+    Ok((
+        records,
+        round_trips,
+        (start, end),
+        stats1.since(&stats0),
+        cpu,
+        connections,
+    ))
 }
 
 type RunOutput = (

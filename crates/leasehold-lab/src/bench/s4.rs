@@ -90,8 +90,11 @@ pub(crate) async fn run(database_url: &str, each: Duration) -> anyhow::Result<S4
 
 async fn drop_schema(db: &Database, schema: &str) -> anyhow::Result<()> {
     let mut tx = db.begin().await?;
-    tx.execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"), &[])
-        .await?;
+    tx.execute(
+        sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE")),
+        &[],
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }

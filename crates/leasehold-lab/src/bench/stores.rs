@@ -5,7 +5,8 @@
 //! holding many leases with renewal on) reports resident memory per held lease.
 //!
 //! Stores are found at run time: a private redis-server always; PostgreSQL at `--database` when it
-//! answers and this build has the `postgres://` store; a private etcd, a Sentinel set, a Redis Cluster
+//! answers and this build has the `postgres://` store; a private MariaDB server (data on tmpfs) when
+//! this build has the `mysql://` store and `mariadbd` is installed; a private etcd, a Sentinel set, a Redis Cluster
 //! and three Redlock masters when this build has their stores and the servers are installed. A store
 //! that cannot be started is skipped with a note, not failed.
 
@@ -80,6 +81,12 @@ pub(crate) async fn others(database: &str, notes: &mut Vec<String>) -> Vec<Targe
             Err(e) => notes.push(format!("S5 on PostgreSQL skipped: {e}")),
         }
     }
+    if built_in("mysql://") {
+        match mariadb().await {
+            Ok(target) => out.push(target),
+            Err(e) => notes.push(format!("S5 on MariaDB skipped: {e:#}")),
+        }
+    }
     if built_in("etcd://") {
         match tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single).await
         {
@@ -117,6 +124,21 @@ pub(crate) async fn others(database: &str, notes: &mut Vec<String>) -> Vec<Targe
     out
 }
 
+/// A private MariaDB server, migrated.
+async fn mariadb() -> anyhow::Result<Target> {
+    let srv = tokio::task::spawn_blocking(leasehold_testkit::MariaDbServer::start)
+        .await?
+        .context("starting a private MariaDB server")?;
+    let db = leasehold::db::Database::connect(&srv.url()).await?;
+    db.migrate().await?;
+    db.close().await;
+    Ok(Target {
+        label: "mariadb",
+        urls: vec![srv.url()],
+        _servers: Box::new(srv),
+    })
+}
+
 /// A private redis-server as the reference store.
 pub(crate) async fn redis() -> anyhow::Result<Target> {
     let srv = tokio::task::spawn_blocking(leasehold_testkit::RedisServer::start)
@@ -129,10 +151,39 @@ pub(crate) async fn redis() -> anyhow::Result<Target> {
     })
 }
 
+/// Three private redis-servers as the masters of a Redlock.
+pub(crate) async fn redlock() -> anyhow::Result<Target> {
+    let servers = tokio::task::spawn_blocking(|| {
+        (0..3)
+            .map(|_| leasehold_testkit::RedisServer::start())
+            .collect::<std::io::Result<Vec<_>>>()
+    })
+    .await?
+    .context("starting three private redis-servers for Redlock")?;
+    Ok(Target {
+        label: "redlock",
+        urls: servers.iter().map(|s| s.url()).collect(),
+        _servers: Box::new(servers),
+    })
+}
+
+/// A client on `urls` (several: a Redlock over them) with key prefix `prefix`.
+pub(crate) async fn connect_any(urls: &[String], prefix: &str) -> anyhow::Result<LeaseClient> {
+    let builder = match urls {
+        [one] => LeaseClient::builder(one.as_str()),
+        many => LeaseClient::redlock(many),
+    };
+    builder
+        .key_prefix(prefix)
+        .connect()
+        .await
+        .context("connecting to the store under measurement")
+}
+
 /// The figures of one store.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct StoreRow {
-    /// `redis`, `postgres`, `etcd`, `sentinel`, `cluster`, `redlock`.
+    /// `redis`, `postgres`, `mariadb`, `etcd`, `sentinel`, `cluster`, `redlock`.
     pub(crate) store: &'static str,
     /// S1: acquire + release cycles per second of one client on one free name.
     pub(crate) s1_cycles_per_s: f64,

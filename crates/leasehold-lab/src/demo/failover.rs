@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::time::Instant;
 
-use leasehold::{LeaseClient, LeaseOptions};
+use leasehold::db::Database;
+use leasehold::{Lease, LeaseClient, LeaseOptions};
 use leasehold_testkit::SentinelSet;
 
 use super::fenced::{describe, fenced_db, fenced_increment, Fenced};
@@ -104,61 +105,20 @@ pub(crate) async fn sentinel_failover_loses_a_lease(st: &mut Stage) -> anyhow::R
     );
 
     let b_client = connect(url.clone(), prefix.clone()).await?;
-    let b = b_client.try_acquire(name, &opts).await?;
+    let (b, b_outcome) = b_takes_and_writes(
+        &mut tl,
+        &fdb,
+        &counter,
+        &b_client,
+        &a,
+        (name, &opts),
+        &keys.lock,
+        &new,
+    )
+    .await?;
     let fence_b = b.fence();
-    tl.redis(
-        Actor::B,
-        &format!(
-            "EVALSHA acquire.lua 1 {} <token> 15000 ...   (on the new primary {new})",
-            keys.lock
-        ),
-        &format!(
-            "fence {fence_b}: taken, while A still believes it holds it ({} left by A's clock)",
-            if a.is_lost() {
-                "none".to_owned()
-            } else {
-                format!("{} ms", a.remaining().as_millis())
-            }
-        ),
-    );
-    let read_b = counter.read().await?;
-    tl.sql(Actor::B, READ_SQL, &read_b.to_string());
-    let b_outcome = fenced_increment(&fdb, fence_b, "B", read_b).await?;
-    tl.sql(
-        Actor::B,
-        &format!(
-            "begin_fenced(counter, {fence_b}); UPDATE counter SET value = {} WHERE id = 1; COMMIT",
-            read_b + 1
-        ),
-        &describe(&b_outcome, fence_b),
-    );
-
-    let lost = tokio::time::timeout(Duration::from_secs(10), a.lost().fired()).await;
-    let reason = match &lost {
-        Ok(reason) => reason.to_string(),
-        Err(_) => "not fired within 10 s".to_owned(),
-    };
-    tl.redis(
-        Actor::A,
-        &format!(
-            "EVALSHA renew.lua 1 {} <token> 15000   (the watchdog, on the new primary)",
-            keys.lock
-        ),
-        &format!("0: not ours. A's lost signal: {reason}"),
-    );
-    tl.say(
-        Actor::A,
-        &format!("ignores the signal and writes with its old fence {fence_a}"),
-    );
-    let a_outcome = fenced_increment(&fdb, fence_a, "A", read_a).await?;
-    tl.sql(
-        Actor::A,
-        &format!(
-            "begin_fenced(counter, {fence_a}); UPDATE counter SET value = {} WHERE id = 1; COMMIT",
-            read_a + 1
-        ),
-        &describe(&a_outcome, fence_a),
-    );
+    let (lost, reason, a_outcome) =
+        a_writes_with_its_old_fence(&mut tl, &fdb, &a, &keys.lock, read_a).await?;
     let _ = a.release().await;
     b.release().await?;
     drop(set);
@@ -171,7 +131,7 @@ pub(crate) async fn sentinel_failover_loses_a_lease(st: &mut Stage) -> anyhow::R
         &format!("{value}; {committed}"),
     );
     let shown = fence_b > fence_a
-        && lost.is_ok()
+        && lost
         && matches!(b_outcome, Fenced::Accepted)
         && matches!(a_outcome, Fenced::Stale { .. })
         && value == committed;
@@ -183,4 +143,87 @@ pub(crate) async fn sentinel_failover_loses_a_lease(st: &mut Stage) -> anyhow::R
         lesson: "Sentinel failover is asynchronous: a lease can be lost with the primary; WAIT narrows the window, the fence keeps the data right",
         redis_commands: tl.redis_commands,
     })
+}
+
+/// B takes the name on the new primary, while A still believes it holds it, and writes with its
+/// fence.
+#[allow(clippy::too_many_arguments)]
+async fn b_takes_and_writes(
+    tl: &mut Timeline,
+    fdb: &Database,
+    counter: &Counter,
+    b_client: &LeaseClient,
+    a: &Lease,
+    (name, opts): (&str, &LeaseOptions),
+    lock_key: &str,
+    new: &std::net::SocketAddr,
+) -> anyhow::Result<(Lease, Fenced)> {
+    let b = b_client.try_acquire(name, opts).await?;
+    let fence_b = b.fence();
+    tl.redis(
+        Actor::B,
+        &format!(
+            "EVALSHA acquire.lua 1 {} <token> 15000 ...   (on the new primary {new})",
+            lock_key
+        ),
+        &format!(
+            "fence {fence_b}: taken, while A still believes it holds it ({} left by A's clock)",
+            if a.is_lost() {
+                "none".to_owned()
+            } else {
+                format!("{} ms", a.remaining().as_millis())
+            }
+        ),
+    );
+    let read_b = counter.read().await?;
+    tl.sql(Actor::B, READ_SQL, &read_b.to_string());
+    let b_outcome = fenced_increment(fdb, fence_b, "B", read_b).await?;
+    tl.sql(
+        Actor::B,
+        &format!(
+            "begin_fenced(counter, {fence_b}); UPDATE counter SET value = {} WHERE id = 1; COMMIT",
+            read_b + 1
+        ),
+        &describe(&b_outcome, fence_b),
+    );
+    Ok((b, b_outcome))
+}
+
+/// A's watchdog finds the lock gone and fires A's lost signal; A ignores it and writes with its old
+/// fence. Whether the signal fired, why, and what the resource did with the write.
+async fn a_writes_with_its_old_fence(
+    tl: &mut Timeline,
+    fdb: &Database,
+    a: &Lease,
+    lock_key: &str,
+    read_a: i64,
+) -> anyhow::Result<(bool, String, Fenced)> {
+    let fence_a = a.fence();
+    let lost = tokio::time::timeout(Duration::from_secs(10), a.lost().fired()).await;
+    let reason = match &lost {
+        Ok(reason) => reason.to_string(),
+        Err(_) => "not fired within 10 s".to_owned(),
+    };
+    tl.redis(
+        Actor::A,
+        &format!(
+            "EVALSHA renew.lua 1 {} <token> 15000   (the watchdog, on the new primary)",
+            lock_key
+        ),
+        &format!("0: not ours. A's lost signal: {reason}"),
+    );
+    tl.say(
+        Actor::A,
+        &format!("ignores the signal and writes with its old fence {fence_a}"),
+    );
+    let a_outcome = fenced_increment(fdb, fence_a, "A", read_a).await?;
+    tl.sql(
+        Actor::A,
+        &format!(
+            "begin_fenced(counter, {fence_a}); UPDATE counter SET value = {} WHERE id = 1; COMMIT",
+            read_a + 1
+        ),
+        &describe(&a_outcome, fence_a),
+    );
+    Ok((lost.is_ok(), reason, a_outcome))
 }

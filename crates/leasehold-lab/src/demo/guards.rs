@@ -40,13 +40,82 @@ async fn open(st: &Stage) -> anyhow::Result<Database> {
     Ok(db)
 }
 
+/// What the first act showed: one order from five attempts.
+struct Orders {
+    orders: i64,
+    ran: u32,
+    deduplicated: u32,
+    reuse_refused: bool,
+    unique_refused: bool,
+}
+
+/// What the second act showed: three units sold to five buyers.
+struct Sales {
+    left: i64,
+    reserved: i64,
+    sold: u32,
+    oversell_refused: u32,
+}
+
+/// What the third act showed: one payment, no move back.
+struct Payments {
+    paid: u32,
+    illegal_refused: bool,
+    status: String,
+}
+
 /// Scene 5.
 pub(crate) async fn database_guards(st: &mut Stage) -> anyhow::Result<Outcome> {
     let db = open(st).await?;
     let pool = db.sqlite().expect("SQLite").clone();
     let tl = Timeline::new(st.style);
+    let Orders {
+        orders,
+        ran,
+        deduplicated,
+        reuse_refused,
+        unique_refused,
+    } = duplicate_orders(&db, &pool, &tl).await?;
+    let Sales {
+        left,
+        reserved,
+        sold,
+        oversell_refused,
+    } = last_units(&db, &pool, &tl).await?;
+    let Payments {
+        paid,
+        illegal_refused,
+        status,
+    } = payment_callbacks(&db, &pool, &tl).await?;
+    let shown_ok = orders == 1
+        && ran == 1
+        && deduplicated == 3
+        && reuse_refused
+        && unique_refused
+        && left == 0
+        && reserved == 3
+        && sold == 3
+        && oversell_refused == 2
+        && paid == 1
+        && illegal_refused
+        && status == "PAID";
+    Ok(Outcome {
+        shown: shown_ok,
+        verdict: format!(
+            "{orders} order from 5 attempts (ran {ran}, deduplicated {deduplicated}, key reuse refused: {reuse_refused}, unique index refused the bypass: {unique_refused}); stock {left}, {reserved} reserved for 5 buyers ({oversell_refused} refused); paid {paid} time, PAID -> CREATED refused: {illegal_refused}, status {status}"
+        ),
+        lesson: "when one transaction can state the rule, let the database enforce it: no lock to lose",
+        redis_commands: tl.redis_commands,
+    })
+}
 
-    // 1. Three deliveries of one order request (a client retry, a double click, a redelivery).
+/// Act 1: three deliveries of one order request (a client retry, a double click, a redelivery),
+/// a late retry, a reuse of the key for another request, and a code path around the store.
+async fn duplicate_orders(
+    db: &Database,
+    pool: &sqlx::SqlitePool,
+    tl: &Timeline,
+) -> anyhow::Result<Orders> {
     tl.say(
         Actor::Observer,
         "three copies of one order request (user 42, Idempotency-Key req-7f3a) arrive at once, then a late retry; no lock",
@@ -114,7 +183,7 @@ pub(crate) async fn database_guards(st: &mut Stage) -> anyhow::Result<Outcome> {
     let direct = sqlx::query(
         "INSERT INTO orders (user_id, request_id, amount, status) VALUES (42, 'req-7f3a', 1999, 'CREATED')",
     )
-    .execute(&pool)
+    .execute(pool)
     .await;
     let unique_refused =
         matches!(&direct, Err(sqlx::Error::Database(e)) if e.is_unique_violation());
@@ -129,15 +198,28 @@ pub(crate) async fn database_guards(st: &mut Stage) -> anyhow::Result<Outcome> {
     let orders: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM orders WHERE user_id = 42 AND request_id = 'req-7f3a'",
     )
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await?;
     tl.sql(
         Actor::Observer,
         "SELECT COUNT(*) FROM orders WHERE request_id = 'req-7f3a'",
         &orders.to_string(),
     );
+    Ok(Orders {
+        orders,
+        ran,
+        deduplicated,
+        reuse_refused,
+        unique_refused,
+    })
+}
 
-    // 2. Five buyers race for three units.
+/// Act 2: five buyers race for three units.
+async fn last_units(
+    db: &Database,
+    pool: &sqlx::SqlitePool,
+    tl: &Timeline,
+) -> anyhow::Result<Sales> {
     tl.say(
         Actor::Observer,
         "five buyers race for the last 3 units of sku-1; no lock",
@@ -179,20 +261,32 @@ pub(crate) async fn database_guards(st: &mut Stage) -> anyhow::Result<Outcome> {
         );
     }
     let left: i64 = sqlx::query_scalar("SELECT stock FROM sku WHERE id = 'sku-1'")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await?;
     let reserved: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM leasehold_reservations WHERE item_table = 'sku' AND item_id = 'sku-1'",
     )
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await?;
     tl.sql(
         Actor::Observer,
         "SELECT stock FROM sku; SELECT COUNT(*) FROM leasehold_reservations",
         &format!("{left}; {reserved}"),
     );
+    Ok(Sales {
+        left,
+        reserved,
+        sold,
+        oversell_refused,
+    })
+}
 
-    // 3. The order's state machine: two payment callbacks at once, then an illegal move back.
+/// Act 3: the order's state machine: two payment callbacks at once, then an illegal move back.
+async fn payment_callbacks(
+    db: &Database,
+    pool: &sqlx::SqlitePool,
+    tl: &Timeline,
+) -> anyhow::Result<Payments> {
     tl.say(
         Actor::Observer,
         "two payment callbacks for the order arrive at once, then a buggy job tries PAID -> CREATED",
@@ -247,32 +341,16 @@ pub(crate) async fn database_guards(st: &mut Stage) -> anyhow::Result<Outcome> {
     );
     let status: String =
         sqlx::query_scalar("SELECT status FROM orders WHERE request_id = 'req-7f3a'")
-            .fetch_one(&pool)
+            .fetch_one(pool)
             .await?;
     tl.sql(
         Actor::Observer,
         "SELECT status FROM orders WHERE request_id = 'req-7f3a'",
         &status,
     );
-
-    let shown_ok = orders == 1
-        && ran == 1
-        && deduplicated == 3
-        && reuse_refused
-        && unique_refused
-        && left == 0
-        && reserved == 3
-        && sold == 3
-        && oversell_refused == 2
-        && paid == 1
-        && illegal_refused
-        && status == "PAID";
-    Ok(Outcome {
-        shown: shown_ok,
-        verdict: format!(
-            "{orders} order from 5 attempts (ran {ran}, deduplicated {deduplicated}, key reuse refused: {reuse_refused}, unique index refused the bypass: {unique_refused}); stock {left}, {reserved} reserved for 5 buyers ({oversell_refused} refused); paid {paid} time, PAID -> CREATED refused: {illegal_refused}, status {status}"
-        ),
-        lesson: "when one transaction can state the rule, let the database enforce it: no lock to lose",
-        redis_commands: tl.redis_commands,
+    Ok(Payments {
+        paid,
+        illegal_refused,
+        status,
     })
 }

@@ -179,50 +179,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
     };
     let mut results = Vec::new();
     for n in chosen {
-        let title = SCENES
-            .iter()
-            .find(|(k, _)| *k == n)
-            .map(|(_, t)| *t)
-            .unwrap_or_default();
-        println!();
-        println!(
-            "{}",
-            style.bold(&format!("Scene {n}/{}. {title}", SCENES.len()))
-        );
-        let outcome = match n {
-            1 => naive::setnx_without_ttl(&mut st).await,
-            2 => naive::ttl_and_bare_del(&mut st).await,
-            3 => naive::token_lock_paused_holder(&mut st).await,
-            4 => fenced::fenced_paused_holder(&mut st).await,
-            5 => guards::database_guards(&mut st).await,
-            6 => failover::sentinel_failover_loses_a_lease(&mut st).await,
-            _ => redlock::redlock_scene(&mut st).await,
-        };
-        let shown = match outcome {
-            Ok(o) => {
-                let mark = if o.shown {
-                    style.green("✔ shown")
-                } else {
-                    style.red("✘ NOT shown")
-                };
-                println!("  Verdict {n}: {mark}: {}", o.verdict);
-                println!(
-                    "  {} {}  {}",
-                    style.dim("Lesson:"),
-                    o.lesson,
-                    style.dim(&format!("({} Redis commands shown)", o.redis_commands))
-                );
-                o.shown
-            }
-            Err(e) => {
-                println!(
-                    "  Verdict {n}: {}: the scene could not run: {e:#}",
-                    style.red("✘ NOT shown")
-                );
-                false
-            }
-        };
-        results.push((n, shown));
+        results.push((n, play(&mut st, n).await));
     }
     cleanup(&mut st).await;
     let ok = results.iter().filter(|(_, s)| *s).count();
@@ -239,6 +196,54 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
     } else {
         println!("{}", style.red(&line));
         Ok(1)
+    }
+}
+
+/// Plays scene `n` and prints its verdict; whether it showed its claim.
+async fn play(st: &mut Stage, n: u8) -> bool {
+    let style = st.style;
+    let title = SCENES
+        .iter()
+        .find(|(k, _)| *k == n)
+        .map(|(_, t)| *t)
+        .unwrap_or_default();
+    println!();
+    println!(
+        "{}",
+        style.bold(&format!("Scene {n}/{}. {title}", SCENES.len()))
+    );
+    let outcome = match n {
+        1 => naive::setnx_without_ttl(st).await,
+        2 => naive::ttl_and_bare_del(st).await,
+        3 => naive::token_lock_paused_holder(st).await,
+        4 => fenced::fenced_paused_holder(st).await,
+        5 => guards::database_guards(st).await,
+        6 => failover::sentinel_failover_loses_a_lease(st).await,
+        _ => redlock::redlock_scene(st).await,
+    };
+    match outcome {
+        Ok(o) => {
+            let mark = if o.shown {
+                style.green("✔ shown")
+            } else {
+                style.red("✘ NOT shown")
+            };
+            println!("  Verdict {n}: {mark}: {}", o.verdict);
+            println!(
+                "  {} {}  {}",
+                style.dim("Lesson:"),
+                o.lesson,
+                style.dim(&format!("({} Redis commands shown)", o.redis_commands))
+            );
+            o.shown
+        }
+        Err(e) => {
+            println!(
+                "  Verdict {n}: {}: the scene could not run: {e:#}",
+                style.red("✘ NOT shown")
+            );
+            false
+        }
     }
 }
 

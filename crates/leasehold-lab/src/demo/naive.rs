@@ -148,34 +148,54 @@ pub(crate) async fn setnx_without_ttl(st: &mut Stage) -> anyhow::Result<Outcome>
     })
 }
 
-/// Scene 2: TTL, but release with a bare `DEL`: a slow holder deletes the next holder's lock.
-pub(crate) async fn ttl_and_bare_del(st: &mut Stage) -> anyhow::Result<Outcome> {
-    let key = st.key(2);
-    let mut con = st.con.clone();
-    let mut tl = Timeline::new(st.style);
-    let ttl = 400u64;
-    let a_work = Duration::from_millis(1000);
-    let b_work = Duration::from_millis(1400);
-    let set = |who: &str, px: u64| {
-        redis::cmd("SET")
-            .arg(&key)
-            .arg(who)
+/// Scene 2's session: its key, the parent's connection and the timeline every command is shown on.
+struct BareDel {
+    key: String,
+    con: redis::aio::MultiplexedConnection,
+    tl: Timeline,
+}
+
+impl BareDel {
+    async fn send(&mut self, who: Actor, shown: &str, c: &redis::Cmd) -> anyhow::Result<Value> {
+        send(&mut self.tl, who, &mut self.con, shown, c).await
+    }
+
+    /// `SET key who NX PX px`, shown as such.
+    async fn set(&mut self, who: Actor, name: &str, px: u64) -> anyhow::Result<Value> {
+        let c = redis::cmd("SET")
+            .arg(&self.key)
+            .arg(name)
             .arg("NX")
             .arg("PX")
             .arg(px)
-            .clone()
-    };
+            .clone();
+        let shown = format!("SET {} {name} NX PX {px}", self.key);
+        self.send(who, &shown, &c).await
+    }
 
-    let a_set = send(
-        &mut tl,
-        Actor::A,
-        &mut con,
-        &format!("SET {key} A NX PX {ttl}"),
-        &set("A", ttl),
-    )
-    .await?;
+    /// `verb key` (`PTTL`, `GET`, `DEL`), shown as such.
+    async fn on_key(&mut self, who: Actor, verb: &str) -> anyhow::Result<Value> {
+        let c = redis::cmd(verb).arg(&self.key).clone();
+        let shown = format!("{verb} {}", self.key);
+        self.send(who, &shown, &c).await
+    }
+}
+
+/// Scene 2: TTL, but release with a bare `DEL`: a slow holder deletes the next holder's lock.
+pub(crate) async fn ttl_and_bare_del(st: &mut Stage) -> anyhow::Result<Outcome> {
+    let mut s = BareDel {
+        key: st.key(2),
+        con: st.con.clone(),
+        tl: Timeline::new(st.style),
+    };
+    let ttl = 400u64;
+    let a_work = Duration::from_millis(1000);
+    let b_work = Duration::from_millis(1400);
+
+    // A's TTL lets go while A still works; B takes the lock.
+    let a_set = s.set(Actor::A, "A", ttl).await?;
     let a_start = Instant::now();
-    tl.say(
+    s.tl.say(
         Actor::A,
         &format!(
             "starts a slow job ({} ms), longer than its {ttl} ms TTL",
@@ -183,75 +203,35 @@ pub(crate) async fn ttl_and_bare_del(st: &mut Stage) -> anyhow::Result<Outcome> 
         ),
     );
     tokio::time::sleep(Duration::from_millis(ttl + 150)).await;
-    send(
-        &mut tl,
-        Actor::Observer,
-        &mut con,
-        &format!("PTTL {key}"),
-        redis::cmd("PTTL").arg(&key),
-    )
-    .await?;
-    let b_set = send(
-        &mut tl,
-        Actor::B,
-        &mut con,
-        &format!("SET {key} B NX PX 5000"),
-        &set("B", 5000),
-    )
-    .await?;
+    s.on_key(Actor::Observer, "PTTL").await?;
+    let b_set = s.set(Actor::B, "B", 5000).await?;
     let b_start = Instant::now();
-    tl.say(
+    s.tl.say(
         Actor::B,
         &format!(
             "got the lock A's TTL let go; starts its job ({} ms)",
             b_work.as_millis()
         ),
     );
+
+    // A finishes and deletes B's lock; C takes it while B works; B deletes C's.
     tokio::time::sleep_until(a_start + a_work).await;
-    let before_del = send(
-        &mut tl,
-        Actor::Observer,
-        &mut con,
-        &format!("GET {key}"),
-        redis::cmd("GET").arg(&key),
-    )
-    .await?;
-    tl.say(Actor::A, "finishes and releases the way it always does:");
-    let a_del = send(
-        &mut tl,
-        Actor::A,
-        &mut con,
-        &format!("DEL {key}"),
-        redis::cmd("DEL").arg(&key),
-    )
-    .await?;
-    tl.say(Actor::A, "...but that was B's lock");
-    let c_set = send(
-        &mut tl,
-        Actor::C,
-        &mut con,
-        &format!("SET {key} C NX PX 5000"),
-        &set("C", 5000),
-    )
-    .await?;
+    let before_del = s.on_key(Actor::Observer, "GET").await?;
+    s.tl.say(Actor::A, "finishes and releases the way it always does:");
+    let a_del = s.on_key(Actor::A, "DEL").await?;
+    s.tl.say(Actor::A, "...but that was B's lock");
+    let c_set = s.set(Actor::C, "C", 5000).await?;
     let c_start = Instant::now();
     let b_still_working = c_start < b_start + b_work;
-    tl.say(
+    s.tl.say(
         Actor::C,
         "gets the lock and starts its job, while B is still in the middle of its own",
     );
     tokio::time::sleep_until(b_start + b_work).await;
     let b_end = Instant::now();
-    tl.say(Actor::B, "finishes");
-    send(
-        &mut tl,
-        Actor::B,
-        &mut con,
-        &format!("DEL {key}"),
-        redis::cmd("DEL").arg(&key),
-    )
-    .await?;
-    tl.say(Actor::B, "...and deletes C's lock in turn");
+    s.tl.say(Actor::B, "finishes");
+    s.on_key(Actor::B, "DEL").await?;
+    s.tl.say(Actor::B, "...and deletes C's lock in turn");
 
     let b_deleted_by_a =
         matches!(&before_del, Value::BulkString(b) if b == b"B") && int(&a_del) == 1;
@@ -269,7 +249,7 @@ pub(crate) async fn ttl_and_bare_del(st: &mut Stage) -> anyhow::Result<Outcome> 
             overlap.as_millis()
         ),
         lesson: "release must check the token: delete only if the lock is still yours (compare-and-delete)",
-        redis_commands: tl.redis_commands,
+        redis_commands: s.tl.redis_commands,
     })
 }
 

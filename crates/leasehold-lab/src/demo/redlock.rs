@@ -113,52 +113,7 @@ pub(crate) async fn redlock_scene(st: &mut Stage) -> anyhow::Result<Outcome> {
     let c = redlock(&masters).await?;
     let key = b.key_of(NAME)?;
     let ttl = 600u64;
-    let lease_b = b.try_acquire(NAME, &lease_options(ttl)?).await?;
-    tl.redis(
-        Actor::B,
-        &format!("EVALSHA acquire.lua 4 {key} … <token> {ttl} on 3 masters at once"),
-        &format!("granted by 3 of 3, fence {}", lease_b.fence()),
-    );
-    servers[2].kill()?;
-    tl.say(
-        Actor::Observer,
-        &format!("SIGKILL the master on port {}", servers[2].port()),
-    );
-    tokio::time::sleep(Duration::from_millis(3 * ttl)).await;
-    let survived = !lease_b.is_lost();
-    tl.say(
-        Actor::B,
-        &format!(
-            "{} ms later (3 TTLs): {}",
-            3 * ttl,
-            if survived {
-                "still holds it, renewed on the 2 masters left"
-            } else {
-                "LOST it"
-            }
-        ),
-    );
-    let c_try = c.try_acquire(NAME, &lease_options(ttl)?).await;
-    let excluded = matches!(c_try, Err(leasehold::Error::Busy { .. }));
-    tl.redis(
-        Actor::C,
-        &format!("EVALSHA acquire.lua 4 {key} … on 3 masters at once"),
-        if excluded {
-            "busy on 2, the third is down: no majority, Busy"
-        } else {
-            "GOT IT: two holders"
-        },
-    );
-    drop(c_try);
-    lease_b.release().await?;
-    servers[2].restart()?;
-    tl.say(
-        Actor::Observer,
-        &format!(
-            "the master on port {} is back, empty; B released",
-            servers[2].port()
-        ),
-    );
+    let (survived, excluded) = master_crash(&mut tl, &mut servers, (&b, &c), &key, ttl).await?;
 
     // Part 2: A (a worker process) takes the lease, reads, and is paused past its validity.
     let db = st.db_path(7);
@@ -183,17 +138,7 @@ pub(crate) async fn redlock_scene(st: &mut Stage) -> anyhow::Result<Outcome> {
         Actor::A,
         "is paused by SIGSTOP between its read and its write; its renewals stop with it",
     );
-    let until = Instant::now() + Duration::from_secs(5);
-    let locks = loop {
-        let locks = servers
-            .iter()
-            .map(|s| holds(s, &key))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        if locks.iter().all(Option::is_none) || Instant::now() > until {
-            break locks;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let locks = until_free(&servers, &key).await?;
     tl.redis(
         Actor::Observer,
         &format!("GET {key} on each master"),
@@ -257,4 +202,78 @@ pub(crate) async fn redlock_scene(st: &mut Stage) -> anyhow::Result<Outcome> {
         lesson: "Redlock survives a crashed master, not a paused holder: fence the resource",
         redis_commands: tl.redis_commands,
     })
+}
+
+/// Part 1: a master crashes while B holds the lease; whether B kept it and whether C was kept
+/// out.
+async fn master_crash(
+    tl: &mut Timeline,
+    servers: &mut [RedisServer],
+    (b, c): (&LeaseClient, &LeaseClient),
+    key: &str,
+    ttl: u64,
+) -> anyhow::Result<(bool, bool)> {
+    let lease_b = b.try_acquire(NAME, &lease_options(ttl)?).await?;
+    tl.redis(
+        Actor::B,
+        &format!("EVALSHA acquire.lua 4 {key} … <token> {ttl} on 3 masters at once"),
+        &format!("granted by 3 of 3, fence {}", lease_b.fence()),
+    );
+    servers[2].kill()?;
+    tl.say(
+        Actor::Observer,
+        &format!("SIGKILL the master on port {}", servers[2].port()),
+    );
+    tokio::time::sleep(Duration::from_millis(3 * ttl)).await;
+    let survived = !lease_b.is_lost();
+    tl.say(
+        Actor::B,
+        &format!(
+            "{} ms later (3 TTLs): {}",
+            3 * ttl,
+            if survived {
+                "still holds it, renewed on the 2 masters left"
+            } else {
+                "LOST it"
+            }
+        ),
+    );
+    let c_try = c.try_acquire(NAME, &lease_options(ttl)?).await;
+    let excluded = matches!(c_try, Err(leasehold::Error::Busy { .. }));
+    tl.redis(
+        Actor::C,
+        &format!("EVALSHA acquire.lua 4 {key} … on 3 masters at once"),
+        if excluded {
+            "busy on 2, the third is down: no majority, Busy"
+        } else {
+            "GOT IT: two holders"
+        },
+    );
+    drop(c_try);
+    lease_b.release().await?;
+    servers[2].restart()?;
+    tl.say(
+        Actor::Observer,
+        &format!(
+            "the master on port {} is back, empty; B released",
+            servers[2].port()
+        ),
+    );
+    Ok((survived, excluded))
+}
+
+/// What each master holds in `key` once none holds it any more (A's lock expired everywhere), or
+/// after 5 s.
+async fn until_free(servers: &[RedisServer], key: &str) -> anyhow::Result<Vec<Option<String>>> {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let locks = servers
+            .iter()
+            .map(|s| holds(s, key))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if locks.iter().all(Option::is_none) || Instant::now() > until {
+            return Ok(locks);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -1,18 +1,19 @@
 //! One cell's data: whether it ran and what it found ([`CellResult`]), the picture data of its
-//! timeline, and the running [`Cell`] the fault arms (`faults.rs`) work on.
+//! timeline, and the running [`Cell`] the fault arms (`faults/`) work on.
 //!
 //! Limit: a cell knows its own workers, servers and log only; which cells a run covers and how a
-//! cell is driven from start to verdict is `harness.rs`.
+//! cell is driven from start to verdict is `harness/`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::checker::{self, Interval};
-use super::rig::{
-    spawn_worker, LockStory, LockUrls, Log, RunContext, Servers, Timing, WorkerProc, WorkerSpec,
-};
+use super::rig::{spawn_worker, LockStory, LockUrls, Log, RunContext, WorkerProc, WorkerSpec};
+use super::store::redis::Servers;
+use super::strategy::Strategy;
+use super::timing::Timing;
 use super::worker::{lock_key, Event};
-use super::{Fault, Strategy, Workload};
+use super::{Fault, Workload};
 
 /// Whether a cell ran, and if not, why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -143,7 +144,7 @@ pub(crate) struct Timeline {
 }
 
 /// One running cell: its workers, its Redis and what happened so far. The fault arms
-/// (`faults.rs`) work on it.
+/// (`faults/`) work on it.
 #[derive(Debug)]
 pub(crate) struct Cell<'a> {
     pub(crate) ctx: &'a RunContext,
@@ -170,6 +171,10 @@ pub(crate) struct Cell<'a> {
     pub(crate) passed_over: u32,
     /// `member-kill` injections whose member was the etcd leader.
     pub(crate) leaders_killed: u32,
+    /// `eviction` injections in which the server evicted the holder's lock key.
+    pub(crate) evicted_locks: u32,
+    /// Filler keys the `eviction` injections wrote.
+    pub(crate) fillers: u64,
 }
 
 /// A lock the harness saw held with no expiry.

@@ -12,18 +12,23 @@
 //! shows the bug did not happen in this run, not that it cannot; only the strategies documented as
 //! safe by design are expected to stay at 0 always.
 //!
-//! Layout, each file depending only on those listed after it: `harness.rs` drives the run (which
-//! cells, each cell from start to verdict); `report.rs` writes the table, the JSON and the HTML
-//! timeline; `faults.rs` is the fault table (what each fault needs, where it applies, how it is
-//! done); `cell.rs` a cell's data (its result, its timeline, the running cell the faults act on);
-//! `rig.rs` what a run and its cells run on (the run's context and timings, the servers, proxies
-//! and worker processes); `worker.rs` the worker process, its locks and its line protocol;
-//! `checker.rs` turns a history into violations; `resource.rs` the SQL resource and its history.
+//! Layout, each file depending only on those listed after it: `harness/` drives the run (which
+//! cells, each cell from start to verdict); `report/` writes the table, the JSON and the HTML
+//! timeline; `faults/` is the fault table (what each fault needs, where it applies) and one file
+//! per fault saying how it is done; `cell.rs` a cell's data (its result, its timeline, the running
+//! cell the faults act on); `rig.rs` what a run and its cells run on (the run's context, the worker
+//! processes and their log); `worker.rs` the worker process, its locks and its line protocol;
+//! `checker.rs` turns a history into violations; `resource/` the SQL resource, its history and the
+//! fenced and guarded writers; `timing.rs` a cell's timeline; `strategy.rs` the strategies, each a
+//! (lock kind, store, fenced) named in one table; `store/` the stores a lock lives on, one file
+//! each (Redis per cell, PostgreSQL and etcd for the whole run).
 //!
-//! Adding a fault: a [`Fault`] variant, its line in `Fault::needs` and its arm in `Cell::inject`
-//! (`faults.rs`; `Fault::slow` below if each injection takes seconds). Adding a strategy: a
-//! [`Strategy`] variant, its answers in the `Strategy` methods below, and its arms in the worker's
-//! `Locker` (`worker.rs`).
+//! Adding a fault: a [`Fault`] variant below, its line in `Fault::needs` and a file in `faults/`
+//! with its lines in the dispatch there (`faults/mod.rs`). Adding a strategy: a line in
+//! `strategy::TABLE`; a new lock kind also needs its [`Lock`] variant and its arm in the worker's
+//! `Locker` (`worker.rs`). Adding a store: a [`Store`] variant and a file in `store/`
+//! (`store/mod.rs` says which lines), then its strategies' lines in the table. docs/verification.md
+//! has the whole recipe.
 
 mod cell;
 mod checker;
@@ -32,11 +37,16 @@ mod harness;
 mod report;
 mod resource;
 mod rig;
+mod store;
+mod strategy;
+mod timing;
 mod worker;
 
 use std::path::PathBuf;
 
 pub use cell::{CellResult, CellStatus};
+pub use store::Store;
+pub use strategy::{Lock, Strategy};
 
 /// What the workers do to the resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -94,95 +104,14 @@ pub enum Fault {
     /// The PostgreSQL lease store is restarted (a fast shutdown and a start, same data) while a
     /// holder is inside its critical section.
     PgRestart,
+    /// Memory pressure on an evicting Redis: the server set to `allkeys-lru` with `maxmemory` just
+    /// above its use, then filler keys written while a holder holds its lock until the server has
+    /// evicted the lock key; leasehold opted in (`allow_eviction`).
+    Eviction,
     /// One member of the three-member etcd lease store, the leader and a follower in turn (the
     /// leader first), is killed while a holder is inside its critical section, and restarted after
     /// the fault window: a minority lost, which the lease is meant to survive.
     MemberKill,
-}
-
-/// How the workers coordinate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Strategy {
-    /// `SETNX` + `PEXPIRE` to lock, `DEL` to unlock.
-    Naive,
-    /// `SET NX PX` to lock, a bare `DEL` to unlock.
-    TtlDel,
-    /// A leasehold lease (token, renewal, safe release); the fence is ignored.
-    Lease,
-    /// A leasehold lease whose fence the resource checks in the same transaction as each write.
-    LeaseFence,
-    /// A leasehold Redlock lease over three independent masters; the fence is ignored.
-    Redlock,
-    /// A leasehold Redlock lease whose fence the resource checks in the same transaction as each
-    /// write, as `lease-fence` does.
-    RedlockFence,
-    /// No lock: unique index, conditional update, state check, inbox.
-    DbGuards,
-    /// A leasehold lease from the PostgreSQL lease store; the fence is ignored.
-    PgLease,
-    /// A leasehold lease from the PostgreSQL lease store whose fence the resource checks in the
-    /// same transaction as each write, as `lease-fence` does.
-    PgLeaseFence,
-    /// A leasehold lease from a three-member etcd cluster; the fence is ignored.
-    EtcdLease,
-    /// A leasehold lease from a three-member etcd cluster whose fence the resource checks in the
-    /// same transaction as each write, as `lease-fence` does.
-    EtcdLeaseFence,
-}
-
-impl Fault {
-    /// Whether each injection takes seconds (a failure detected and a replica elected by sentinels
-    /// or by the cluster), so a full run does fewer of them per cell.
-    pub(crate) fn slow(self) -> bool {
-        matches!(self, Fault::SentinelFailover | Fault::ClusterFailover)
-    }
-}
-
-impl Strategy {
-    /// Whether leasehold documents this strategy as keeping the data correct under every fault here.
-    pub fn safe_by_design(self) -> bool {
-        self.fenced() || self == Self::DbGuards
-    }
-
-    /// Whether the resource checks the lease's fence with each write.
-    pub fn fenced(self) -> bool {
-        matches!(
-            self,
-            Self::LeaseFence | Self::RedlockFence | Self::PgLeaseFence | Self::EtcdLeaseFence
-        )
-    }
-
-    /// Whether the lease comes from the PostgreSQL lease store.
-    pub fn on_postgres(self) -> bool {
-        matches!(self, Self::PgLease | Self::PgLeaseFence)
-    }
-
-    /// Whether the lease comes from an etcd cluster.
-    pub fn on_etcd(self) -> bool {
-        matches!(self, Self::EtcdLease | Self::EtcdLeaseFence)
-    }
-
-    /// Whether the workers take a lock at all.
-    pub fn locks(self) -> bool {
-        self != Self::DbGuards
-    }
-
-    /// Whether the lock is a Redlock lease over three masters (else one server, or none).
-    pub fn redlock(self) -> bool {
-        matches!(self, Self::Redlock | Self::RedlockFence)
-    }
-
-    /// Whether the lock is a leasehold lease on one Redis deployment, which is what speaks Sentinel
-    /// and Cluster URLs (the hand-made locks speak to one `redis://` server only).
-    pub fn single_lease(self) -> bool {
-        matches!(self, Self::Lease | Self::LeaseFence)
-    }
-
-    /// Whether the strategy talks to Redis at all.
-    pub fn uses_redis(self) -> bool {
-        self.locks() && !self.on_postgres() && !self.on_etcd()
-    }
 }
 
 macro_rules! display_as_value_enum {

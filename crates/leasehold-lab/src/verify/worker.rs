@@ -18,8 +18,12 @@ use tokio::sync::{watch, Notify};
 
 use leasehold::lease::{Lease, LeaseClient, LeaseKeys, LeaseOptions};
 
-use super::resource::{Fenced, Guards, Outcome, Plan, Resource};
-use super::{Strategy, WorkerArgs};
+use super::resource::fenced::Fenced;
+use super::resource::guards::Guards;
+use super::resource::{Outcome, Plan, Resource};
+use super::store::Store;
+use super::strategy::{Lock, Strategy};
+use super::WorkerArgs;
 
 /// One line a worker prints.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -115,17 +119,13 @@ const LEASE_NAME: &str = "resource";
 /// The Redis key that holds the lock of `strategy` for a cell whose keys start with `key`, for
 /// the harness to look at (`None` without a lock). The one place that knows each strategy's key.
 pub(crate) fn lock_key(strategy: Strategy, key: &str) -> Option<String> {
-    match strategy {
-        Strategy::Naive | Strategy::TtlDel => Some(format!("{key}:lock")),
-        Strategy::Lease | Strategy::LeaseFence | Strategy::Redlock | Strategy::RedlockFence => {
+    match (strategy.lock(), strategy.store()) {
+        (Lock::Naive | Lock::TtlDel, _) => Some(format!("{key}:lock")),
+        (Lock::Lease | Lock::Redlock | Lock::Election, Some(Store::Redis)) => {
             LeaseKeys::new(key, LEASE_NAME).ok().map(|k| k.lock)
         }
         // Not on Redis: the harness has no key of theirs to look at.
-        Strategy::DbGuards
-        | Strategy::PgLease
-        | Strategy::PgLeaseFence
-        | Strategy::EtcdLease
-        | Strategy::EtcdLeaseFence => None,
+        (Lock::Lease | Lock::Redlock | Lock::Election, _) | (Lock::Guards, _) => None,
     }
 }
 
@@ -143,11 +143,12 @@ enum Locker {
         key: String,
         ttl: Duration,
     },
-    /// A leasehold lease.
+    /// A leasehold lease; with `elect`, the leadership of an election on the name (campaign).
     Lease {
         client: LeaseClient,
         name: String,
         opts: LeaseOptions,
+        elect: bool,
     },
     /// No lock at all: the database guards.
     Nothing,
@@ -193,30 +194,44 @@ impl Locker {
                 .with_context(|| format!("cannot connect to Redis at {url}"))
         };
         let lock = || lock_key(args.strategy, &args.key).unwrap_or_default();
-        Ok(match args.strategy {
-            Strategy::Naive => Self::Naive {
+        Ok(match args.strategy.lock() {
+            Lock::Naive => Self::Naive {
                 con: redis().await?,
                 key: lock(),
                 ttl,
             },
-            Strategy::TtlDel => Self::TtlDel {
+            Lock::TtlDel => Self::TtlDel {
                 con: redis().await?,
                 key: lock(),
                 ttl,
             },
-            Strategy::Lease | Strategy::LeaseFence => {
-                let url = args.redis.first().context("this strategy needs --redis")?;
+            Lock::Lease | Lock::Election => {
+                // On Redis through the worker's proxy (or a Sentinel or Cluster URL); elsewhere
+                // the run-wide store's URL.
+                let url = match args.strategy.store() {
+                    Some(Store::Redis) => {
+                        args.redis.first().context("this strategy needs --redis")?
+                    }
+                    _ => args
+                        .lease_store
+                        .as_ref()
+                        .context("this strategy needs --lease-store")?,
+                };
+                // Opted in to a Redis that may evict (the `eviction` fault's server): the cell
+                // measures what that opt-in accepts. A server that does not evict is unaffected.
                 let client = LeaseClient::builder(url.as_str())
                     .key_prefix(args.key.clone())
+                    .allow_eviction(true)
                     .connect()
                     .await?;
                 Self::Lease {
                     client,
                     name: LEASE_NAME.to_owned(),
                     opts: LeaseOptions::with_ttl(ttl)?,
+                    elect: args.strategy.election(),
                 }
             }
-            Strategy::Redlock | Strategy::RedlockFence => {
+            Lock::Redlock => {
                 anyhow::ensure!(
                     args.redis.len() == 3,
                     "Redlock needs --redis three times, one per master"
@@ -234,27 +249,10 @@ impl Locker {
                     client,
                     name: LEASE_NAME.to_owned(),
                     opts: LeaseOptions::with_ttl(ttl)?,
+                    elect: false,
                 }
             }
-            Strategy::PgLease
-            | Strategy::PgLeaseFence
-            | Strategy::EtcdLease
-            | Strategy::EtcdLeaseFence => {
-                let url = args
-                    .lease_store
-                    .as_deref()
-                    .context("this strategy needs --lease-store")?;
-                let client = LeaseClient::builder(url)
-                    .key_prefix(args.key.clone())
-                    .connect()
-                    .await?;
-                Self::Lease {
-                    client,
-                    name: LEASE_NAME.to_owned(),
-                    opts: LeaseOptions::with_ttl(ttl)?,
-                }
-            }
-            Strategy::DbGuards => Self::Nothing,
+            Lock::Guards => Self::Nothing,
         })
     }
 
@@ -317,9 +315,26 @@ impl Locker {
                 }
                 backoff().await;
             },
-            Self::Lease { client, name, opts } => {
+            Self::Lease {
+                client,
+                name,
+                opts,
+                elect,
+            } => {
+                let taken = async {
+                    if *elect {
+                        // The term is the lease's fence: the leadership is supervised as the lease.
+                        let election = leasehold::election::Election::new(client, name, opts)?;
+                        election
+                            .campaign(&std::process::id().to_string(), stall_after)
+                            .await
+                            .map(leasehold::election::Leadership::into_lease)
+                    } else {
+                        client.acquire(name, opts, stall_after).await
+                    }
+                };
                 tokio::select! {
-                    r = client.acquire(name, opts, stall_after) => match r {
+                    r = taken => match r {
                         Ok(lease) => {
                             let fence = lease.fence().as_i64();
                             Ok(Acquired::Held(Held::Lease(lease), fence))
@@ -400,9 +415,10 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     } else {
         None
     };
-    let guards = match args.strategy {
-        Strategy::DbGuards => Some(Guards::connect(&args.database, &args.prefix, &args.key).await?),
-        _ => None,
+    let guards = if args.strategy.guarded() {
+        Some(Guards::connect(&args.database, &args.prefix, &args.key).await?)
+    } else {
+        None
     };
     let writers = Writers {
         resource,

@@ -38,10 +38,16 @@ pub(crate) async fn database() -> leasehold::Result<(Database, Option<tempfile::
 /// Runs portable DDL (drops the table first so the example can run again).
 pub(crate) async fn fresh_table(db: &Database, name: &str, columns: &str) -> leasehold::Result<()> {
     let mut tx = db.begin().await?;
-    tx.execute(&format!("DROP TABLE IF EXISTS {name}"), &[])
-        .await?;
-    tx.execute(&format!("CREATE TABLE {name} ({columns})"), &[])
-        .await?;
+    tx.execute(
+        leasehold::sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {name}")),
+        &[],
+    )
+    .await?;
+    tx.execute(
+        leasehold::sqlx::AssertSqlSafe(format!("CREATE TABLE {name} ({columns})")),
+        &[],
+    )
+    .await?;
     tx.commit().await
 }
 

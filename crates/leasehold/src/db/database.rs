@@ -1,21 +1,14 @@
-//! [`Database`], [`Tx`] and [`Conn`] over the backends compiled in: each `#[cfg(feature = ...)]` below
-//! removes one backend's arm, so a build with one feature carries no code (and no driver) of the other.
+//! [`Database`] and its builder over the backends compiled in. The backend arms live in one place:
+//! the [`Pool`] enum and `on_backend!` (in `mod.rs`); what each backend does differently is in its
+//! own module (`postgres.rs`, `sqlite.rs`) as a [`Dialect`](super::dialect::Dialect).
 
-use std::str::FromStr;
 use std::time::Duration;
 
-#[cfg(feature = "postgres")]
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-#[cfg(feature = "sqlite")]
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-#[cfg(feature = "postgres")]
-use sqlx::{Executor, PgConnection, PgPool, Postgres};
-#[cfg(feature = "sqlite")]
-use sqlx::{Sqlite, SqliteConnection, SqlitePool};
-
+use super::dialect::{dialect_of, Dialect};
+use super::tx::Tx;
 use crate::{Error, Result};
 
-/// Which database a [`Database`] or [`Tx`] talks to. Both variants exist whatever the features, so
+/// Which database a [`Database`] or [`Tx`] talks to. Every variant exists whatever the features, so
 /// that code matching on a backend compiles under any feature set; a [`Database`] is only ever one
 /// whose feature is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +18,8 @@ pub enum Backend {
     Postgres,
     /// SQLite (`sqlite:path`, `sqlite://path`, `sqlite::memory:`).
     Sqlite,
+    /// MariaDB or MySQL (`mysql://` or `mariadb://` URLs), InnoDB tables.
+    MySql,
 }
 
 impl Backend {
@@ -33,6 +28,7 @@ impl Backend {
         match self {
             Backend::Postgres => "postgres",
             Backend::Sqlite => "sqlite",
+            Backend::MySql => "mysql",
         }
     }
 
@@ -41,6 +37,27 @@ impl Backend {
         match self {
             Backend::Postgres => cfg!(feature = "postgres"),
             Backend::Sqlite => cfg!(feature = "sqlite"),
+            Backend::MySql => cfg!(feature = "mysql"),
+        }
+    }
+
+    /// The backend a URL names by its scheme, compiled in or not.
+    fn of_url(url: &str) -> Result<Backend> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            Ok(Backend::MySql)
+        } else {
+            Err(Error::invalid(
+                "database url",
+                format!(
+                    "`{}` has no supported scheme; use postgres://user@host/db, \
+                     mysql://user@host/db, sqlite:path/to/file.db or sqlite::memory:",
+                    crate::url::redact(url)
+                ),
+            ))
         }
     }
 }
@@ -52,22 +69,25 @@ impl std::fmt::Display for Backend {
 }
 
 /// The pool of one compiled backend. An enum rather than a trait object so that every query is
-/// written against a concrete sqlx driver.
+/// written against a concrete sqlx driver; `on_backend!` is the one place that lists the arms.
 #[derive(Debug, Clone)]
 pub(crate) enum Pool {
     /// PostgreSQL.
     #[cfg(feature = "postgres")]
-    Postgres(PgPool),
+    Postgres(sqlx::PgPool),
     /// SQLite.
     #[cfg(feature = "sqlite")]
-    Sqlite(SqlitePool),
+    Sqlite(sqlx::SqlitePool),
+    /// MariaDB or MySQL.
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
 }
 
-/// A pool of connections to PostgreSQL or SQLite, chosen from the URL. Cheap to clone (the pool is
-/// shared).
+/// A pool of connections to one database, whose backend is chosen from the URL. Cheap to clone (the
+/// pool is shared).
 #[derive(Debug, Clone)]
 pub struct Database {
-    /// The sqlx pool; an enum so that callers write one code path for both backends.
+    /// The sqlx pool; an enum so that callers write one code path for every backend.
     pool: Pool,
 }
 
@@ -76,20 +96,20 @@ pub struct Database {
 #[must_use = "a builder does nothing until .connect() is awaited"]
 pub struct DatabaseBuilder {
     /// Where to connect; the scheme picks the backend.
-    url: String,
-    /// Pool size; `None` = 10 for PostgreSQL, 4 for a SQLite file, 1 for SQLite in memory (each
-    /// in-memory connection would otherwise see its own empty database).
-    max_connections: Option<u32>,
+    pub(super) url: String,
+    /// Pool size; `None` = the backend's default (10 for a server, 4 for a SQLite file, 1 for SQLite
+    /// in memory, where each connection would otherwise see its own empty database).
+    pub(super) max_connections: Option<u32>,
     /// PostgreSQL only: a schema created if missing and put alone on every connection's
     /// `search_path`, so leasehold's tables (and the caller's) live there. Isolates tests and tenants.
-    postgres_schema: Option<String>,
+    pub(super) postgres_schema: Option<String>,
     /// SQLite only: how long a writer waits for another writer's transaction before failing with
     /// `SQLITE_BUSY`. Long by default: writers are meant to queue, not fail. Kept (and settable)
     /// without the `sqlite` feature so that one builder chain compiles under any feature set.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    busy_timeout: Duration,
+    pub(super) busy_timeout: Duration,
     /// How long to wait for a free pooled connection.
-    acquire_timeout: Duration,
+    pub(super) acquire_timeout: Duration,
 }
 
 impl DatabaseBuilder {
@@ -120,130 +140,34 @@ impl DatabaseBuilder {
 
     /// Validates the settings and opens the pool (one connection is opened at once, so a wrong URL
     /// fails here rather than at the first query).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a URL without a supported scheme, one whose backend this build leaves
+    /// out (naming the feature), or a setting that does not apply; [`Error::Database`] when the
+    /// database refuses or does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the connections opened so far.
     pub async fn connect(self) -> Result<Database> {
         if self.max_connections == Some(0) {
             return Err(Error::invalid("max connections", "must be at least 1"));
         }
-        match backend_of_url(&self.url)? {
+        match Backend::of_url(&self.url)? {
             #[cfg(feature = "postgres")]
-            Backend::Postgres => self.connect_postgres().await,
+            Backend::Postgres => super::postgres::connect(self).await,
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite => self.connect_sqlite().await,
-            #[cfg(not(all(feature = "postgres", feature = "sqlite")))]
+            Backend::Sqlite => super::sqlite::connect(self).await,
+            #[cfg(feature = "mysql")]
+            Backend::MySql => super::mysql::connect(self).await,
+            #[allow(unreachable_patterns)]
             missing => Err(not_compiled(missing, &self.url)),
         }
-    }
-
-    #[cfg(feature = "postgres")]
-    async fn connect_postgres(self) -> Result<Database> {
-        let options = PgConnectOptions::from_str(&self.url).map_err(|e| {
-            Error::invalid("database url", format!("cannot parse PostgreSQL url: {e}"))
-        })?;
-        let mut pool_options = PgPoolOptions::new()
-            .max_connections(self.max_connections.unwrap_or(10))
-            .acquire_timeout(self.acquire_timeout);
-        if let Some(schema) = self.postgres_schema {
-            check_identifier("postgres schema", &schema)?;
-            // Create it once up front; per-connection work is then only the SET.
-            let mut conn: PgConnection = sqlx::Connection::connect_with(&options).await?;
-            let create = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
-            if let Err(e) = (&mut conn).execute(create.as_str()).await {
-                // Two processes creating the same schema at once may race on the catalog's unique
-                // index; the schema exists either way.
-                if !is_unique_violation(&e) {
-                    return Err(e.into());
-                }
-            }
-            sqlx::Connection::close(conn).await?;
-            let set = format!("SET search_path TO \"{schema}\"");
-            pool_options = pool_options.after_connect(move |conn, _meta| {
-                let set = set.clone();
-                Box::pin(async move {
-                    conn.execute(set.as_str()).await?;
-                    Ok(())
-                })
-            });
-        }
-        let pool = pool_options.connect_with(options).await?;
-        Ok(Database {
-            pool: Pool::Postgres(pool),
-        })
-    }
-
-    #[cfg(feature = "sqlite")]
-    async fn connect_sqlite(self) -> Result<Database> {
-        if self.postgres_schema.is_some() {
-            return Err(Error::invalid(
-                "postgres schema",
-                "a schema applies only to PostgreSQL; use a separate SQLite file instead",
-            ));
-        }
-        let options = SqliteConnectOptions::from_str(&self.url)
-            .map_err(|e| Error::invalid("database url", format!("cannot parse SQLite url: {e}")))?;
-        let in_memory = is_sqlite_memory(&self.url);
-        let options = options
-            .create_if_missing(true)
-            .busy_timeout(self.busy_timeout)
-            .foreign_keys(true);
-        let options = if in_memory {
-            options
-        } else {
-            // WAL: readers do not block the writer; NORMAL sync is durable at checkpoints and safe
-            // against application crashes, the usual pairing with WAL.
-            options
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
-        };
-        let mut pool_options = SqlitePoolOptions::new()
-            .max_connections(if in_memory {
-                1
-            } else {
-                self.max_connections.unwrap_or(4)
-            })
-            .acquire_timeout(self.acquire_timeout)
-            .after_release(|conn, _meta| {
-                Box::pin(async move {
-                    // A task cancelled while its `BEGIN` was in flight can leave the connection
-                    // inside a transaction nothing owns (sqlx-sqlite 0.8 hands the BEGIN's reply to
-                    // a receiver that may already be gone), holding the write lock. Let the worker
-                    // finish what is queued, then drop such a connection: closing rolls it back.
-                    sqlx::Connection::ping(&mut *conn).await?;
-                    Ok(!sqlx::Connection::is_in_transaction(&*conn))
-                })
-            });
-        if in_memory {
-            // The database lives only as long as its one connection.
-            pool_options = pool_options
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None);
-        }
-        let pool = pool_options.connect_with(options).await?;
-        Ok(Database {
-            pool: Pool::Sqlite(pool),
-        })
-    }
-}
-
-fn backend_of_url(url: &str) -> Result<Backend> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Backend::Postgres)
-    } else if url.starts_with("sqlite:") {
-        Ok(Backend::Sqlite)
-    } else {
-        Err(Error::invalid(
-            "database url",
-            format!(
-                "`{}` has no supported scheme; use postgres://user@host/db, sqlite:path/to/file.db \
-                 or sqlite::memory:",
-                crate::url::redact(url)
-            ),
-        ))
     }
 }
 
 /// The error for a URL whose backend this build leaves out: names the feature that brings it in.
-#[cfg(not(all(feature = "postgres", feature = "sqlite")))]
 fn not_compiled(backend: Backend, url: &str) -> Error {
     let feature = backend.as_str();
     Error::invalid(
@@ -256,14 +180,185 @@ fn not_compiled(backend: Backend, url: &str) -> Error {
     )
 }
 
-#[cfg(feature = "sqlite")]
-fn is_sqlite_memory(url: &str) -> bool {
-    url.contains(":memory:") || url.contains("mode=memory")
+impl Database {
+    /// Connects with default settings: `postgres://...`, `postgresql://...`, `mysql://...`,
+    /// `mariadb://...`, `sqlite:path` or `sqlite::memory:`. A SQLite file is created if missing and put in WAL mode.
+    ///
+    /// # Errors
+    ///
+    /// As [`DatabaseBuilder::connect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is left open.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder(url).connect().await
+    }
+
+    /// A builder for pool size, an isolated PostgreSQL schema, or SQLite's busy timeout.
+    pub fn builder(url: impl Into<String>) -> DatabaseBuilder {
+        DatabaseBuilder {
+            url: url.into(),
+            max_connections: None,
+            postgres_schema: None,
+            busy_timeout: Duration::from_secs(30),
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+
+    pub(super) fn new(pool: Pool) -> Self {
+        Database { pool }
+    }
+
+    /// Wraps a PostgreSQL pool you configured yourself. Needs the `postgres` feature.
+    #[cfg(feature = "postgres")]
+    pub fn from_postgres(pool: sqlx::PgPool) -> Self {
+        Database::new(Pool::Postgres(pool))
+    }
+
+    /// Wraps a MariaDB/MySQL pool you configured yourself (its sessions should run in UTC, sqlx's
+    /// default). The pools leasehold opens run their sessions at READ COMMITTED (set in
+    /// `after_connect`); do the same on yours, or concurrent first requests of different keys deadlock more often at InnoDB's
+    /// REPEATABLE READ (leasehold runs a transaction that lost a deadlock again, a few times). Needs
+    /// the `mysql` feature.
+    #[cfg(feature = "mysql")]
+    pub fn from_mysql(pool: sqlx::MySqlPool) -> Self {
+        Database::new(Pool::MySql(pool))
+    }
+
+    /// Wraps a SQLite pool you configured yourself. Set a busy timeout on it, or concurrent writers
+    /// fail with `SQLITE_BUSY` instead of waiting; and an `after_release` hook that drops connections
+    /// still inside a transaction (see the source of [`DatabaseBuilder::connect`]), or a task
+    /// cancelled during `BEGIN` can leave one holding the write lock. Needs the `sqlite` feature.
+    #[cfg(feature = "sqlite")]
+    pub fn from_sqlite(pool: sqlx::SqlitePool) -> Self {
+        Database::new(Pool::Sqlite(pool))
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        self.dialect().backend
+    }
+
+    /// The SQL this backend speaks where it differs.
+    pub(crate) fn dialect(&self) -> &'static Dialect {
+        on_backend!(&self.pool, Pool, p => dialect_of(p))
+    }
+
+    /// The PostgreSQL pool, if this is PostgreSQL. Needs the `postgres` feature.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(&self) -> Option<&sqlx::PgPool> {
+        match &self.pool {
+            Pool::Postgres(p) => Some(p),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// The SQLite pool, if this is SQLite. Needs the `sqlite` feature.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite(&self) -> Option<&sqlx::SqlitePool> {
+        match &self.pool {
+            Pool::Sqlite(p) => Some(p),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// Reads one `BIGINT` (or nothing) on the pool, outside any transaction: a read needs no
+    /// `BEGIN IMMEDIATE` (SQLite's write lock). Portable SQL, as [`Tx::fetch_i64`].
+    pub(crate) async fn fetch_i64(
+        &self,
+        sql: &'static str,
+        params: &[super::Param<'_>],
+    ) -> Result<Option<i64>> {
+        let (sql, params) = self
+            .dialect()
+            .prepare(sqlx::SqlSafeStr::into_sql_str(sql), params)?;
+        Ok(on_backend!(&self.pool, Pool, p => {
+            let mut q = sqlx::query_scalar::<_, Option<i64>>(sql);
+            for param in params.iter() {
+                q = param.bind_scalar(q);
+            }
+            q.fetch_optional(p).await?.flatten()
+        }))
+    }
+
+    /// Creates or upgrades leasehold's tables (all prefixed `leasehold_`). Idempotent and safe to run
+    /// from many processes at once (an advisory lock on PostgreSQL, `BEGIN IMMEDIATE` on SQLite).
+    ///
+    /// leasehold records its own migrations in `leasehold_schema_migrations`, not in sqlx's
+    /// `_sqlx_migrations`, so it never clashes with an application's own `sqlx::migrate!`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] when the database was migrated by a leasehold whose migrations differ
+    /// (upgrade this one); [`Error::Database`] when a statement fails (no right to create tables).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe where DDL is transactional (PostgreSQL, SQLite): a dropped future rolls back the
+    /// migration in progress, and the next run applies it.
+    pub async fn migrate(&self) -> Result<()> {
+        super::migrate::run(self).await
+    }
+
+    /// Begins a transaction. On SQLite it is `BEGIN IMMEDIATE`: it takes the write lock at once (waiting
+    /// up to the busy timeout), so two read-then-write transactions never deadlock-upgrade.
+    ///
+    /// Dropping the [`Tx`] without [`Tx::commit`] rolls it back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] when no connection is free within the acquire timeout or the `BEGIN`
+    /// fails (SQLite: the busy timeout passed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a transaction begun by a dropped future is rolled back when its connection
+    /// returns to the pool.
+    pub async fn begin(&self) -> Result<Tx> {
+        let begin = self.dialect().begin;
+        let inner = match &self.pool {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(p) => p.begin_with(begin).await?.into(),
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(p) => p.begin_with(begin).await?.into(),
+            // A connection that a cancelled transaction left mid-reply is closed, not pooled.
+            #[cfg(feature = "mysql")]
+            Pool::MySql(p) => super::mysql::MyTx::begin(p, begin).await?.into(),
+        };
+        Ok(Tx::new(inner))
+    }
+
+    /// Closes the pool, waiting for connections in use to come back.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the pool is closed to new work from the first poll.
+    pub async fn close(&self) {
+        on_backend!(&self.pool, Pool, p => p.close().await)
+    }
 }
 
-#[cfg(feature = "postgres")]
-fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") || db.code().as_deref() == Some("42P06"))
+/// Whether the database gave up the transaction to break a lock cycle (a deadlock, SQLSTATE 40001 on
+/// MariaDB/MySQL and 40P01 on PostgreSQL): it was rolled back whole, and running it again is safe.
+/// InnoDB gets there where two `INSERT`s of one new key wait on each other's shared lock.
+pub(crate) fn is_deadlock(e: &Error) -> bool {
+    matches!(e, Error::Database(sqlx::Error::Database(db))
+        if matches!(db.code().as_deref(), Some("40001" | "40P01")))
+}
+
+/// How often a transaction of leasehold's own that lost a deadlock is run again.
+pub(crate) const DEADLOCK_RETRIES: u32 = 8;
+
+/// Waits before running again a transaction that lost a deadlock (`attempt` counts from 1): a random
+/// time up to 2, 4, 8, … ms (at most 64), so that the transactions which met do not meet again at
+/// once. Cancel safe: a sleep.
+pub(crate) async fn deadlock_backoff(attempt: u32) {
+    let ceiling_ms = 1_u64 << attempt.clamp(1, 6);
+    let wait = rand::random_range(0..=ceiling_ms * 1000);
+    tokio::time::sleep(std::time::Duration::from_micros(wait)).await;
 }
 
 /// Turns "no such table" on one of leasehold's own tables into an error that says what to do.
@@ -307,437 +402,6 @@ pub(crate) fn check_identifier(what: &'static str, name: &str) -> Result<()> {
     }
 }
 
-impl Database {
-    /// Connects with default settings: `postgres://...`, `postgresql://...`, `sqlite:path` or
-    /// `sqlite::memory:`. A SQLite file is created if missing and put in WAL mode.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::builder(url).connect().await
-    }
-
-    /// A builder for pool size, an isolated PostgreSQL schema, or SQLite's busy timeout.
-    pub fn builder(url: impl Into<String>) -> DatabaseBuilder {
-        DatabaseBuilder {
-            url: url.into(),
-            max_connections: None,
-            postgres_schema: None,
-            busy_timeout: Duration::from_secs(30),
-            acquire_timeout: Duration::from_secs(30),
-        }
-    }
-
-    /// Wraps a PostgreSQL pool you configured yourself. Needs the `postgres` feature.
-    #[cfg(feature = "postgres")]
-    pub fn from_postgres(pool: PgPool) -> Self {
-        Database {
-            pool: Pool::Postgres(pool),
-        }
-    }
-
-    /// Wraps a SQLite pool you configured yourself. Set a busy timeout on it, or concurrent writers
-    /// fail with `SQLITE_BUSY` instead of waiting; and an `after_release` hook that drops connections
-    /// still inside a transaction (see the source of [`DatabaseBuilder::connect`]), or a task
-    /// cancelled during `BEGIN` can leave one holding the write lock. Needs the `sqlite` feature.
-    #[cfg(feature = "sqlite")]
-    pub fn from_sqlite(pool: SqlitePool) -> Self {
-        Database {
-            pool: Pool::Sqlite(pool),
-        }
-    }
-
-    /// Which backend this is.
-    pub fn backend(&self) -> Backend {
-        match self.pool {
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(_) => Backend::Postgres,
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(_) => Backend::Sqlite,
-        }
-    }
-
-    /// The PostgreSQL pool, if this is PostgreSQL. Needs the `postgres` feature.
-    #[cfg(feature = "postgres")]
-    pub fn postgres(&self) -> Option<&PgPool> {
-        match &self.pool {
-            Pool::Postgres(p) => Some(p),
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(_) => None,
-        }
-    }
-
-    /// The SQLite pool, if this is SQLite. Needs the `sqlite` feature.
-    #[cfg(feature = "sqlite")]
-    pub fn sqlite(&self) -> Option<&SqlitePool> {
-        match &self.pool {
-            Pool::Sqlite(p) => Some(p),
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(_) => None,
-        }
-    }
-
-    /// The pool, for crate code that runs one query per backend without a transaction.
-    pub(crate) fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
-    /// Creates or upgrades leasehold's tables (all prefixed `leasehold_`). Idempotent and safe to run
-    /// from many processes at once (an advisory lock on PostgreSQL, `BEGIN IMMEDIATE` on SQLite).
-    ///
-    /// leasehold records its own migrations in `leasehold_schema_migrations`, not in sqlx's
-    /// `_sqlx_migrations`, so it never clashes with an application's own `sqlx::migrate!`.
-    pub async fn migrate(&self) -> Result<()> {
-        super::migrate::run(self).await
-    }
-
-    /// Begins a transaction. On SQLite it is `BEGIN IMMEDIATE`: it takes the write lock at once (waiting
-    /// up to the busy timeout), so two read-then-write transactions never deadlock-upgrade.
-    ///
-    /// Dropping the [`Tx`] without [`Tx::commit`] rolls it back.
-    pub async fn begin(&self) -> Result<Tx> {
-        let inner = match &self.pool {
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(p) => TxInner::Postgres(p.begin().await?),
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(p) => TxInner::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
-        };
-        Ok(Tx { inner })
-    }
-
-    /// Begins a transaction fenced for `resource`: see [`crate::fence`]. Shorthand for
-    /// [`Database::begin`] followed by [`crate::fence::check`]; on a stale fence the transaction is
-    /// rolled back and [`Error::StaleFence`] returned.
-    ///
-    /// ```no_run
-    /// # async fn demo(db: leasehold::db::Database, fence: leasehold::Fence) -> leasehold::Result<()> {
-    /// let mut tx = db.begin_fenced("ledger:acct-1", fence).await?; // Err(StaleFence) if superseded
-    /// leasehold::with_conn!(tx, |conn| {
-    ///     sqlx::query("UPDATE ledger SET balance = balance + $1 WHERE account = $2")
-    ///         .bind(5_i64)
-    ///         .bind("acct-1")
-    ///         .execute(conn)
-    ///         .await
-    ///         .map(|_| ())
-    /// })?;
-    /// tx.commit().await?; // the fence and the business write commit together
-    /// # Ok(()) }
-    /// ```
-    pub async fn begin_fenced(&self, resource: &str, fence: crate::Fence) -> Result<Tx> {
-        crate::fence::check_args(resource, fence)?;
-        let mut tx = self.begin().await?;
-        match crate::fence::check(&mut tx, resource, fence).await {
-            Ok(()) => Ok(tx),
-            Err(e) => {
-                // Release the lock now rather than when the pool gets the connection back.
-                let _ = tx.rollback().await;
-                Err(e)
-            }
-        }
-    }
-
-    /// Closes the pool, waiting for connections in use to come back.
-    pub async fn close(&self) {
-        match &self.pool {
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(p) => p.close().await,
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(p) => p.close().await,
-        }
-    }
-}
-
-#[derive(Debug)]
-enum TxInner {
-    #[cfg(feature = "postgres")]
-    Postgres(sqlx::Transaction<'static, Postgres>),
-    #[cfg(feature = "sqlite")]
-    Sqlite(sqlx::Transaction<'static, Sqlite>),
-}
-
-/// An open transaction on either backend. leasehold's guards (fence, idempotency, inbox, state) write
-/// into it; your own queries run on [`Tx::conn`] (or the [`with_conn!`](crate::with_conn) macro) and
-/// commit or roll back together with them.
-///
-/// Dropping a `Tx` without [`Tx::commit`] rolls it back: nothing of it is ever committed.
-#[derive(Debug)]
-#[must_use = "a transaction rolls back unless .commit() is awaited"]
-pub struct Tx {
-    /// The sqlx transaction; an enum because sqlx types transactions by backend.
-    inner: TxInner,
-}
-
-/// The connection of a [`Tx`], typed by backend, for your own sqlx queries. Both arms deref from the
-/// sqlx transaction, so `sqlx::query(...).execute(conn)` works in each.
-///
-/// There is one variant per backend compiled in (feature `postgres`, feature `sqlite`), so a `match`
-/// naming both compiles only when both are on; [`with_conn!`](crate::with_conn) adapts by itself.
-#[derive(Debug)]
-pub enum Conn<'a> {
-    /// PostgreSQL (feature `postgres`).
-    #[cfg(feature = "postgres")]
-    Postgres(&'a mut PgConnection),
-    /// SQLite (feature `sqlite`).
-    #[cfg(feature = "sqlite")]
-    Sqlite(&'a mut SqliteConnection),
-}
-
-impl Tx {
-    /// Which backend this transaction runs on.
-    pub fn backend(&self) -> Backend {
-        match self.inner {
-            #[cfg(feature = "postgres")]
-            TxInner::Postgres(_) => Backend::Postgres,
-            #[cfg(feature = "sqlite")]
-            TxInner::Sqlite(_) => Backend::Sqlite,
-        }
-    }
-
-    /// The connection, for your own queries in this transaction.
-    pub fn conn(&mut self) -> Conn<'_> {
-        match &mut self.inner {
-            #[cfg(feature = "postgres")]
-            TxInner::Postgres(t) => Conn::Postgres(t),
-            #[cfg(feature = "sqlite")]
-            TxInner::Sqlite(t) => Conn::Sqlite(t),
-        }
-    }
-
-    /// The PostgreSQL connection, if this is PostgreSQL. Needs the `postgres` feature.
-    #[cfg(feature = "postgres")]
-    pub fn postgres(&mut self) -> Option<&mut PgConnection> {
-        match &mut self.inner {
-            TxInner::Postgres(t) => Some(&mut **t),
-            #[cfg(feature = "sqlite")]
-            TxInner::Sqlite(_) => None,
-        }
-    }
-
-    /// The SQLite connection, if this is SQLite. Needs the `sqlite` feature.
-    #[cfg(feature = "sqlite")]
-    pub fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
-        match &mut self.inner {
-            TxInner::Sqlite(t) => Some(&mut **t),
-            #[cfg(feature = "postgres")]
-            TxInner::Postgres(_) => None,
-        }
-    }
-
-    /// Runs one statement of portable SQL (`$1, $2, ...` placeholders) with the given parameters and
-    /// returns the number of rows it affected.
-    ///
-    /// Cancel safety: dropping the future leaves the transaction in an unknown state; drop the `Tx`
-    /// too (it then rolls back).
-    pub async fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
-        Ok(match self.conn() {
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => {
-                let mut q = sqlx::query(sql);
-                for p in params {
-                    q = p.bind_pg(q);
-                }
-                q.execute(c).await?.rows_affected()
-            }
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => {
-                let mut q = sqlx::query(sql);
-                for p in params {
-                    q = p.bind_sqlite(q);
-                }
-                q.execute(c).await?.rows_affected()
-            }
-        })
-    }
-
-    /// Runs a portable query returning at most one row with one `BIGINT` column (`None` when no row,
-    /// or the value is NULL).
-    pub async fn fetch_i64(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Option<i64>> {
-        Ok(match self.conn() {
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => {
-                let mut q = sqlx::query_scalar::<_, Option<i64>>(sql);
-                for p in params {
-                    q = p.bind_pg_scalar(q);
-                }
-                q.fetch_optional(c).await?.flatten()
-            }
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => {
-                let mut q = sqlx::query_scalar::<_, Option<i64>>(sql);
-                for p in params {
-                    q = p.bind_sqlite_scalar(q);
-                }
-                q.fetch_optional(c).await?.flatten()
-            }
-        })
-    }
-
-    /// The database's clock in milliseconds since 1970: one clock for every process, so lock timeouts
-    /// and retention do not depend on the callers' clocks agreeing.
-    pub(crate) async fn now_ms(&mut self) -> Result<i64> {
-        let sql = match self.backend() {
-            Backend::Postgres => "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
-            Backend::Sqlite => {
-                "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
-            }
-        };
-        self.fetch_i64(sql, &[])
-            .await?
-            .ok_or_else(|| Error::invalid("database clock", "the database returned no time"))
-    }
-
-    /// Commits. Until this returns `Ok`, nothing of the transaction is visible to others.
-    pub async fn commit(self) -> Result<()> {
-        match self.inner {
-            #[cfg(feature = "postgres")]
-            TxInner::Postgres(t) => t.commit().await?,
-            #[cfg(feature = "sqlite")]
-            TxInner::Sqlite(t) => t.commit().await?,
-        }
-        Ok(())
-    }
-
-    /// Rolls back explicitly (dropping the `Tx` does the same, a moment later).
-    pub async fn rollback(self) -> Result<()> {
-        match self.inner {
-            #[cfg(feature = "postgres")]
-            TxInner::Postgres(t) => t.rollback().await?,
-            #[cfg(feature = "sqlite")]
-            TxInner::Sqlite(t) => t.rollback().await?,
-        }
-        Ok(())
-    }
-}
-
-/// A parameter for [`Tx::execute`] and [`Tx::fetch_i64`], the types both backends share.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub enum Param<'a> {
-    /// `BIGINT` / `INTEGER`.
-    I64(i64),
-    /// `DOUBLE PRECISION` / `REAL`.
-    F64(f64),
-    /// `TEXT`.
-    Text(&'a str),
-    /// `BYTEA` / `BLOB`.
-    Bytes(&'a [u8]),
-    /// `BOOLEAN`.
-    Bool(bool),
-    /// SQL NULL (typed as text).
-    Null,
-}
-
-macro_rules! bind_param {
-    ($name:ident, $q:ty) => {
-        fn $name<'q>(self, q: $q) -> $q
-        where
-            'a: 'q,
-        {
-            match self {
-                Param::I64(v) => q.bind(v),
-                Param::F64(v) => q.bind(v),
-                Param::Text(v) => q.bind(v),
-                Param::Bytes(v) => q.bind(v),
-                Param::Bool(v) => q.bind(v),
-                Param::Null => q.bind(None::<&str>),
-            }
-        }
-    };
-}
-
-#[cfg(feature = "postgres")]
-impl<'a> Param<'a> {
-    bind_param!(
-        bind_pg,
-        sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>
-    );
-    bind_param!(
-        bind_pg_scalar,
-        sqlx::query::QueryScalar<'q, Postgres, Option<i64>, sqlx::postgres::PgArguments>
-    );
-}
-
-#[cfg(feature = "sqlite")]
-impl<'a> Param<'a> {
-    bind_param!(
-        bind_sqlite,
-        sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>
-    );
-    bind_param!(
-        bind_sqlite_scalar,
-        sqlx::query::QueryScalar<'q, Sqlite, Option<i64>, sqlx::sqlite::SqliteArguments<'q>>
-    );
-}
-
-impl From<i64> for Param<'_> {
-    fn from(v: i64) -> Self {
-        Param::I64(v)
-    }
-}
-
-impl<'a> From<&'a str> for Param<'a> {
-    fn from(v: &'a str) -> Self {
-        Param::Text(v)
-    }
-}
-
-/// Runs the same sqlx code on whichever backend a [`Tx`](crate::db::Tx) uses: the body is compiled
-/// once per backend with `conn` bound to `&mut PgConnection` or `&mut SqliteConnection`. Both arms
-/// must produce the same type (so map sqlx's per-backend results, e.g. `.map(|r| r.rows_affected())`).
-/// Only the backends compiled into leasehold get an arm, so the body need only compile for those.
-///
-/// ```no_run
-/// # async fn demo(db: leasehold::db::Database) -> leasehold::Result<()> {
-/// let mut tx = db.begin().await?;
-/// let balance: Option<i64> = leasehold::with_conn!(tx, |conn| {
-///     sqlx::query_scalar("SELECT balance FROM accounts WHERE id = $1")
-///         .bind("acct-1")
-///         .fetch_optional(conn)
-///         .await
-/// })?;
-/// # let _ = balance; tx.commit().await }
-/// ```
-#[macro_export]
-macro_rules! with_conn {
-    ($tx:expr, |$conn:ident| $body:expr) => {
-        $crate::__with_conn_arms!($tx.conn(), $conn, $body)
-    };
-}
-
-// The arms of `with_conn!`, one definition per feature set. A `#[cfg]` written inside an exported
-// macro would be judged by the features of the crate that *uses* the macro, not leasehold's; choosing
-// the definition here judges them by leasehold's.
-#[cfg(all(feature = "postgres", feature = "sqlite"))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __with_conn_arms {
-    ($conn_expr:expr, $conn:ident, $body:expr) => {
-        match $conn_expr {
-            $crate::db::Conn::Postgres($conn) => $body,
-            $crate::db::Conn::Sqlite($conn) => $body,
-        }
-    };
-}
-
-#[cfg(all(feature = "postgres", not(feature = "sqlite")))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __with_conn_arms {
-    ($conn_expr:expr, $conn:ident, $body:expr) => {
-        match $conn_expr {
-            $crate::db::Conn::Postgres($conn) => $body,
-        }
-    };
-}
-
-#[cfg(all(feature = "sqlite", not(feature = "postgres")))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __with_conn_arms {
-    ($conn_expr:expr, $conn:ident, $body:expr) => {
-        match $conn_expr {
-            $crate::db::Conn::Sqlite($conn) => $body,
-        }
-    };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -765,11 +429,12 @@ mod tests {
     #[test]
     fn urls_pick_the_backend_and_hide_passwords() {
         assert_eq!(
-            backend_of_url("postgres://u@h/db").unwrap(),
+            Backend::of_url("postgres://u@h/db").unwrap(),
             Backend::Postgres
         );
-        assert_eq!(backend_of_url("sqlite::memory:").unwrap(), Backend::Sqlite);
-        let err = backend_of_url("mysql://u:secret@h/db")
+        assert_eq!(Backend::of_url("sqlite::memory:").unwrap(), Backend::Sqlite);
+        assert_eq!(Backend::of_url("mariadb://u@h/db").unwrap(), Backend::MySql);
+        let err = Backend::of_url("mssql://u:secret@h/db")
             .unwrap_err()
             .to_string();
         assert!(!err.contains("secret"), "{err}");
@@ -779,7 +444,7 @@ mod tests {
     /// Runs only in a build that leaves a backend out (e.g. `--no-default-features --features
     /// sqlite`): its URLs must be refused before any connection, naming the feature, without the
     /// password.
-    #[cfg(not(all(feature = "postgres", feature = "sqlite")))]
+    #[cfg(not(all(feature = "postgres", feature = "sqlite", feature = "mysql")))]
     #[tokio::test]
     async fn a_backend_left_out_is_refused_naming_its_feature() {
         let (url, feature) = if cfg!(feature = "postgres") {

@@ -13,18 +13,18 @@ pub const IDEMPOTENCY_TOTAL: &str = "leasehold_idempotency_total";
 /// Counter: inbox records by `outcome` (`first`, `duplicate`).
 pub const INBOX_TOTAL: &str = "leasehold_inbox_total";
 
-#[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "redis", feature = "sql"))]
 pub(crate) fn fence_check(backend: &'static str, accepted: bool) {
     let outcome = if accepted { "accepted" } else { "stale" };
     metrics::counter!(FENCE_CHECKS_TOTAL, "backend" => backend, "outcome" => outcome).increment(1);
 }
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(feature = "sql")]
 pub(crate) fn idempotency(outcome: &'static str) {
     metrics::counter!(IDEMPOTENCY_TOTAL, "outcome" => outcome).increment(1);
 }
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(feature = "sql")]
 pub(crate) fn inbox(duplicate: bool) {
     let outcome = if duplicate { "duplicate" } else { "first" };
     metrics::counter!(INBOX_TOTAL, "outcome" => outcome).increment(1);

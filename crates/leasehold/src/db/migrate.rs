@@ -1,78 +1,169 @@
 //! Applies the migrations leasehold ships, recorded in its own table so they never mix with an
-//! application's `_sqlx_migrations` (sqlx 0.8 cannot rename that table, and two migrators sharing it
-//! each refuse the other's versions as "missing"). Only the migrations of the backends compiled in
-//! are embedded in the binary.
+//! application's `_sqlx_migrations`. Only the migrations of the backends compiled in are embedded in
+//! the binary.
+//!
+//! The migrations are sqlx's own [`Migration`]s, embedded with `include_str!` and put in order by
+//! [`Migrator::with_migrations`] (no `migrate!` macro: its proc-macro crate would compile the SQL
+//! drivers a second time). They are applied here rather than by [`Migrator::run`], although sqlx 0.9
+//! can rename its bookkeeping table: `run` takes no lock on SQLite (two first starts at once would
+//! both apply the first migration, and one fails) and commits each migration on its own, while this
+//! runner applies all pending migrations in one transaction that concurrent callers queue behind
+//! (`BEGIN IMMEDIATE` on SQLite, an advisory lock on PostgreSQL, `GET_LOCK` on MariaDB/MySQL, where
+//! DDL commits implicitly), and keeps the table layout that databases migrated by earlier versions
+//! already have. Which migrator, lock and record table a backend uses is in its
+//! [`Dialect`](super::dialect::Dialect).
 
-use sqlx::migrate::Migrator;
-use sqlx::Executor;
+use std::borrow::Cow;
+use std::sync::LazyLock;
 
-use super::{Conn, Database};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::SqlSafeStr;
+
+use super::{Database, Param, Tx};
 use crate::{Error, Result};
 
-#[cfg(feature = "postgres")]
-static POSTGRES: Migrator = sqlx::migrate!("migrations/postgres");
-#[cfg(feature = "sqlite")]
-static SQLITE: Migrator = sqlx::migrate!("migrations/sqlite");
+/// One migration file: its version and description (as `sqlx migrate add` names the file) and text.
+macro_rules! migration {
+    ($version:literal, $description:literal, $file:literal) => {
+        Migration::new(
+            $version,
+            Cow::Borrowed($description),
+            MigrationType::Simple,
+            include_str!($file).into_sql_str(),
+            false,
+        )
+    };
+}
 
-/// Advisory lock id taken while migrating on PostgreSQL ("leasehol" in ASCII). Database-wide, so
-/// concurrent migrations of different schemas queue too; each is quick.
 #[cfg(feature = "postgres")]
-const PG_MIGRATION_LOCK: i64 = 0x6c65_6173_6568_6f6c;
-
-/// The table recording applied migrations; the column types are the only difference between backends.
-#[cfg(feature = "postgres")]
-const PG_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_schema_migrations (
-    version BIGINT PRIMARY KEY, description TEXT NOT NULL, checksum BYTEA NOT NULL)";
+pub(super) static POSTGRES: LazyLock<Migrator> = LazyLock::new(|| {
+    Migrator::with_migrations(vec![
+        migration!(
+            20260101000001,
+            "leasehold init",
+            "../../migrations/postgres/20260101000001_leasehold_init.sql"
+        ),
+        migration!(
+            20260101000002,
+            "idempotency owner",
+            "../../migrations/postgres/20260101000002_idempotency_owner.sql"
+        ),
+        migration!(
+            20260101000003,
+            "lease store",
+            "../../migrations/postgres/20260101000003_lease_store.sql"
+        ),
+        migration!(
+            20260101000004,
+            "lease notes",
+            "../../migrations/postgres/20260101000004_lease_notes.sql"
+        ),
+    ])
+});
 #[cfg(feature = "sqlite")]
-const SQLITE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_schema_migrations (
-    version INTEGER PRIMARY KEY, description TEXT NOT NULL, checksum BLOB NOT NULL)";
+pub(super) static SQLITE: LazyLock<Migrator> = LazyLock::new(|| {
+    Migrator::with_migrations(vec![
+        migration!(
+            20260101000001,
+            "leasehold init",
+            "../../migrations/sqlite/20260101000001_leasehold_init.sql"
+        ),
+        migration!(
+            20260101000002,
+            "idempotency owner",
+            "../../migrations/sqlite/20260101000002_idempotency_owner.sql"
+        ),
+    ])
+});
+#[cfg(feature = "mysql")]
+pub(super) static MYSQL: LazyLock<Migrator> = LazyLock::new(|| {
+    Migrator::with_migrations(vec![
+        migration!(
+            20260101000001,
+            "leasehold init",
+            "../../migrations/mysql/20260101000001_leasehold_init.sql"
+        ),
+        migration!(
+            20260101000003,
+            "lease store",
+            "../../migrations/mysql/20260101000003_lease_store.sql"
+        ),
+        migration!(
+            20260101000004,
+            "lease notes",
+            "../../migrations/mysql/20260101000004_lease_notes.sql"
+        ),
+    ])
+});
 
 /// Applies the pending migrations in one transaction (`BEGIN IMMEDIATE` on SQLite, under an advisory
-/// lock on PostgreSQL), so concurrent callers queue and each migration runs once.
+/// lock on PostgreSQL), so concurrent callers queue and each migration runs once. Where DDL commits
+/// implicitly (MariaDB, MySQL) the lock is a session lock (`GET_LOCK`), released at the end, and each
+/// migration is recorded right after it ran; one cut short runs again whole, which its
+/// `IF NOT EXISTS` statements allow.
 pub(super) async fn run(db: &Database) -> Result<()> {
+    let dialect = db.dialect();
     let mut tx = db.begin().await?;
-    let (migrator, table) = match tx.conn() {
-        #[cfg(feature = "postgres")]
-        Conn::Postgres(c) => {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(PG_MIGRATION_LOCK)
-                .execute(c)
-                .await?;
-            (&POSTGRES, PG_TABLE)
+    if let Some(lock) = dialect.migration_lock {
+        if dialect.transactional_ddl {
+            tx.execute_script(lock).await?;
+        } else if tx.fetch_i64(lock, &[]).await? != Some(1) {
+            return Err(Error::invalid(
+                "migration lock",
+                "another migration held `leasehold_migrate` for 60 s; run migrate again when it ends",
+            ));
         }
-        #[cfg(feature = "sqlite")]
-        Conn::Sqlite(_) => (&SQLITE, SQLITE_TABLE),
-    };
-    crate::with_conn!(tx, |c| c.execute(table).await.map(drop))?;
-    let applied: Vec<(i64, Vec<u8>)> = crate::with_conn!(tx, |c| {
-        sqlx::query_as("SELECT version, checksum FROM leasehold_schema_migrations")
-            .fetch_all(c)
-            .await
-    })?;
-    for m in migrator.iter() {
-        if check_applied(&applied, m)? {
-            continue;
-        }
-        crate::with_conn!(tx, |c| c.execute(&*m.sql).await.map(drop))?;
-        crate::with_conn!(tx, |c| {
-            sqlx::query(
-                "INSERT INTO leasehold_schema_migrations (version, description, checksum) \
-                 VALUES ($1, $2, $3)",
-            )
-            .bind(m.version)
-            .bind(&*m.description)
-            .bind(&*m.checksum)
-            .execute(c)
-            .await
-            .map(drop)
-        })?;
+    }
+    let result = apply_pending(&mut tx).await;
+    if !dialect.transactional_ddl {
+        // The session lock outlives the transaction: release it before the connection goes back.
+        let released = tx
+            .execute_script("DO RELEASE_LOCK('leasehold_migrate')")
+            .await;
+        result?;
+        released?;
+    } else {
+        result?;
     }
     tx.commit().await
 }
 
+/// Creates the record table and applies every migration not recorded in it.
+async fn apply_pending(tx: &mut Tx) -> Result<()> {
+    let dialect = tx.dialect();
+    tx.execute_script(dialect.migrations_table).await?;
+    let applied = applied(tx).await?;
+    for m in dialect.migrator.iter() {
+        if check_applied(&applied, m)? {
+            continue;
+        }
+        tx.execute_script(m.sql.clone()).await?;
+        tx.execute(
+            "INSERT INTO leasehold_schema_migrations (version, description, checksum) \
+             VALUES ($1, $2, $3)",
+            &[
+                Param::I64(m.version),
+                Param::Text(&m.description),
+                Param::Bytes(&m.checksum),
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The versions and checksums recorded so far.
+async fn applied(tx: &mut Tx) -> Result<Vec<(i64, Vec<u8>)>> {
+    Ok(crate::with_conn!(tx, |c| {
+        sqlx::query_as("SELECT version, checksum FROM leasehold_schema_migrations")
+            .fetch_all(c)
+            .await
+    })?)
+}
+
 /// Whether `m` was applied already; an applied migration whose text changed is refused rather than
 /// silently skipped.
-fn check_applied(applied: &[(i64, Vec<u8>)], m: &sqlx::migrate::Migration) -> Result<bool> {
+fn check_applied(applied: &[(i64, Vec<u8>)], m: &Migration) -> Result<bool> {
     match applied.iter().find(|(v, _)| *v == m.version) {
         None => Ok(false),
         Some((_, sum)) if sum.as_slice() == &*m.checksum => Ok(true),
@@ -84,5 +175,54 @@ fn check_applied(applied: &[(i64, Vec<u8>)], m: &sqlx::migrate::Migration) -> Re
                 m.version, m.description
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The files of a backend's migrations folder, as (version, description), in order.
+    fn files(backend: &str) -> Vec<(i64, String)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(backend);
+        let mut found: Vec<(i64, String)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| {
+                let name = entry.unwrap().file_name().into_string().unwrap();
+                let stem = name.strip_suffix(".sql").expect("only .sql files");
+                let (version, description) = stem.split_once('_').unwrap();
+                (version.parse().unwrap(), description.replace('_', " "))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    fn embedded(migrator: &Migrator) -> Vec<(i64, String)> {
+        migrator
+            .iter()
+            .map(|m| (m.version, m.description.to_string()))
+            .collect()
+    }
+
+    /// A migration file added to the folder but not to the list above would never be applied.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn every_postgres_file_is_embedded() {
+        assert_eq!(embedded(&POSTGRES), files("postgres"));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn every_sqlite_file_is_embedded() {
+        assert_eq!(embedded(&SQLITE), files("sqlite"));
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn every_mysql_file_is_embedded() {
+        assert_eq!(embedded(&MYSQL), files("mysql"));
     }
 }

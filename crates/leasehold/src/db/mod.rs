@@ -12,7 +12,7 @@
 //! feature to enable. The metric names in [`metrics`] are here whatever the features.
 //!
 //! ```no_run
-//! # #[cfg(any(feature = "postgres", feature = "sqlite"))]
+//! # #[cfg(feature = "sql")]
 //! # async fn demo() -> leasehold::Result<()> {
 //! use leasehold::db::Database;
 //!
@@ -34,19 +34,50 @@
 
 pub mod metrics;
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-mod database;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-mod migrate;
+/// Matches a [`Pool`](database::Pool) or a `TxInner` of whichever backend it is and runs `$body`
+/// with `$x` bound to that backend's sqlx value: the one place that lists the backends' arms, so
+/// that code over them is written once and compiled per backend.
+#[cfg(feature = "sql")]
+macro_rules! on_backend {
+    ($value:expr, $enum:ident, $x:ident => $body:expr) => {
+        match $value {
+            #[cfg(feature = "postgres")]
+            $enum::Postgres($x) => $body,
+            #[cfg(feature = "sqlite")]
+            $enum::Sqlite($x) => $body,
+            #[cfg(feature = "mysql")]
+            $enum::MySql($x) => $body,
+        }
+    };
+}
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use database::{check_identifier, missing_tables_hint, Pool};
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use database::{Backend, Conn, Database, DatabaseBuilder, Param, Tx};
+#[cfg(feature = "sql")]
+mod database;
+#[cfg(feature = "sql")]
+mod dialect;
+#[cfg(feature = "sql")]
+mod migrate;
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+#[cfg(feature = "sql")]
+mod tx;
+
+#[cfg(feature = "sql")]
+pub(crate) use database::{
+    check_identifier, deadlock_backoff, is_deadlock, missing_tables_hint, Pool, DEADLOCK_RETRIES,
+};
+#[cfg(feature = "sql")]
+pub use database::{Backend, Database, DatabaseBuilder};
+#[cfg(feature = "sql")]
+pub use tx::{Conn, Param, Tx};
 
 /// Refuses an empty key or one longer than 255 bytes (keys, resource names, message ids, item ids).
 /// Shared by the SQL guards and the Redis fenced write.
-#[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "redis", feature = "sql"))]
 pub(crate) fn check_key(what: &'static str, key: &str) -> crate::Result<()> {
     use crate::Error;
 
@@ -66,7 +97,7 @@ pub(crate) fn check_key(what: &'static str, key: &str) -> crate::Result<()> {
 }
 
 #[cfg(test)]
-#[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "redis", feature = "sql"))]
 mod tests {
     use super::*;
 

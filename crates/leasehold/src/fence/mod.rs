@@ -16,7 +16,7 @@
 //! writing twice).
 //!
 //! ```no_run
-//! # #[cfg(any(feature = "postgres", feature = "sqlite"))]
+//! # #[cfg(feature = "sql")]
 //! # async fn demo(lease_fence: leasehold::Fence) -> leasehold::Result<()> {
 //! use leasehold::db::Database;
 //!
@@ -50,14 +50,12 @@
 
 #[cfg(feature = "redis")]
 mod redis;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(feature = "sql")]
 mod sql;
 mod token;
 
 #[cfg(feature = "redis")]
 pub use self::redis::{redis_fenced_set, FencedKey, RedisWrite};
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use sql::check_args;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(feature = "sql")]
 pub use sql::{check, current};
 pub use token::Fence;

@@ -14,6 +14,7 @@ static FENCED_SET: LazyLock<redis::Script> =
 /// `{name}:fence`. The shared hash tag puts both in one Redis Cluster slot, so one script can touch
 /// both atomically.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FencedKey {
     /// Where the value (string or hash) lives.
     data: String,
@@ -99,10 +100,9 @@ where
             }
         }
     }
-    let (written, fence_there): (i64, String) = invocation
-        .invoke_async(conn)
-        .await
-        .map_err(Error::redis(Phase::FencedWrite))?;
+    let (written, fence_there): (i64, String) = invocation.invoke_async(conn).await.map_err(
+        crate::lease::store::redis::errors::redis_error(Phase::FencedWrite),
+    )?;
     crate::db::metrics::fence_check("redis", written == 1);
     if written == 1 {
         Ok(())

@@ -37,11 +37,15 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 
-use crate::db::{check_key, missing_tables_hint, Backend, Database, Param, Tx};
+use crate::db::{
+    check_key, deadlock_backoff, is_deadlock, missing_tables_hint, Database, Param, Tx,
+    DEADLOCK_RETRIES,
+};
 use crate::{Error, Result};
 
 /// The response of an idempotent request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Response {
     /// The bytes the work returned the first time.
     pub body: Vec<u8>,
@@ -94,6 +98,36 @@ struct KeyArgs<'a> {
     scope: &'a str,
     key: &'a str,
     fingerprint: String,
+}
+
+/// The row of a key, locked until commit (a locking read: the last committed version).
+async fn read_key(tx: &mut Tx, args: &KeyArgs<'_>) -> Result<Option<KeyRow>> {
+    let select = format!(
+        "SELECT fingerprint, locked_until_ms, recovery_point, response, created_at_ms \
+         FROM leasehold_idempotency_keys WHERE scope = $1 AND idempotency_key = $2{}",
+        tx.dialect().for_update
+    );
+    // The dialect's own keywords; values are bound.
+    let select = tx.dialect().sql(select);
+    let row = crate::with_conn!(tx, |c| {
+        sqlx::query_as(select)
+            .bind(args.scope)
+            .bind(args.key)
+            .fetch_optional(c)
+            .await
+    })
+    .map_err(|e| missing_tables_hint(e.into()))?;
+    Ok(row)
+}
+
+/// What the row of a key that was taken says to do.
+enum Found {
+    /// Past retention: the key was reset for this request, which runs from the start.
+    Restart,
+    /// Completed with the same request: replay this response.
+    Replay(Vec<u8>),
+    /// Abandoned (its lock timed out): this attempt owns it now, resuming after this step.
+    TakeOver(Option<String>),
 }
 
 /// The row of a key, as read when the insert found it taken.
@@ -172,19 +206,46 @@ impl IdempotencyStore {
     /// [`Error::Invalid`] for an empty key or scope or one over 255 bytes.
     pub async fn begin(&self, scope: &str, key: &str, request: &[u8]) -> Result<Begun> {
         let args = self.validate(scope, key, request)?;
+        let mut attempt = 0;
+        loop {
+            match self.claim(&args).await {
+                // Concurrent first attempts of one key can deadlock on InnoDB (each insert's shared
+                // lock on the other's new row); the loser was rolled back whole and asks again.
+                Err(e) if is_deadlock(&e) && attempt < DEADLOCK_RETRIES => {
+                    attempt += 1;
+                    deadlock_backoff(attempt).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One try of [`IdempotencyStore::begin`], in one short transaction.
+    async fn claim(&self, args: &KeyArgs<'_>) -> Result<Begun> {
         let owner = hex::encode(rand::random::<[u8; 16]>());
         let lock_ms = millis(self.lock_timeout);
-        let retention_ms = millis(self.retention);
 
         let mut claim = "fresh";
         let mut tx = self.db.begin().await?;
         let now = tx.now_ms().await?;
-        let inserted = tx
-            .execute(
-                "INSERT INTO leasehold_idempotency_keys \
-                 (scope, idempotency_key, fingerprint, locked_until_ms, recovery_point, created_at_ms, owner) \
-                 VALUES ($1, $2, $3, $4, '', $5, $6) \
-                 ON CONFLICT (scope, idempotency_key) DO NOTHING",
+        // InnoDB: lock an existing row exclusively first; an insert that finds the key taken would
+        // take a shared lock, and two of them upgrading to the locking read deadlock.
+        let found = if tx.dialect().lock_before_insert {
+            read_key(&mut tx, args).await?
+        } else {
+            None
+        };
+        let (insert, if_absent) = tx.dialect().insert_ignore;
+        let inserted = if found.is_some() {
+            0
+        } else {
+            tx.execute(
+                // The dialect's own keywords; values are bound.
+                sqlx::AssertSqlSafe(format!(
+                    "{insert} leasehold_idempotency_keys (scope, idempotency_key, fingerprint, \
+                     locked_until_ms, recovery_point, created_at_ms, owner) \
+                     VALUES ($1, $2, $3, $4, '', $5, $6){if_absent}"
+                )),
                 &[
                     args.scope.into(),
                     args.key.into(),
@@ -195,84 +256,22 @@ impl IdempotencyStore {
                 ],
             )
             .await
-            .map_err(missing_tables_hint)?;
+            .map_err(missing_tables_hint)?
+        };
         let resume_after = if inserted == 1 {
             None
         } else {
-            let select = match tx.backend() {
-                Backend::Postgres => {
-                    "SELECT fingerprint, locked_until_ms, recovery_point, response, created_at_ms \
-                     FROM leasehold_idempotency_keys WHERE scope = $1 AND idempotency_key = $2 \
-                     FOR UPDATE"
+            match self.found_taken(&mut tx, args, &owner, now, found).await? {
+                Found::Restart => None,
+                Found::Replay(body) => {
+                    crate::db::metrics::idempotency("replayed");
+                    tx.commit().await?;
+                    return Ok(Begun::Replay(body));
                 }
-                Backend::Sqlite => {
-                    "SELECT fingerprint, locked_until_ms, recovery_point, response, created_at_ms \
-                     FROM leasehold_idempotency_keys WHERE scope = $1 AND idempotency_key = $2"
+                Found::TakeOver(recovery_point) => {
+                    claim = "taken_over";
+                    recovery_point
                 }
-            };
-            let row: Option<KeyRow> = crate::with_conn!(tx, |c| {
-                sqlx::query_as(select)
-                    .bind(args.scope)
-                    .bind(args.key)
-                    .fetch_optional(c)
-                    .await
-            })?;
-            let Some((fingerprint, locked_until, recovery_point, response, created_at)) = row
-            else {
-                // Purged between our insert and our read; the caller may simply retry.
-                return Err(Error::IdempotencyInProgress {
-                    key: args.key.to_owned(),
-                });
-            };
-            let expired = created_at < now.saturating_sub(retention_ms);
-            let done = response.is_some();
-            if expired && (done || locked_until.unwrap_or(0) <= now) {
-                // Past retention: the key is free again; start over as a new request.
-                tx.execute(
-                    "UPDATE leasehold_idempotency_keys SET fingerprint = $3, locked_until_ms = $4, \
-                     recovery_point = '', response = NULL, created_at_ms = $5, completed_at_ms = NULL, \
-                     owner = $6 WHERE scope = $1 AND idempotency_key = $2",
-                    &[
-                        args.scope.into(),
-                        args.key.into(),
-                        Param::Text(&args.fingerprint),
-                        Param::I64(now.saturating_add(lock_ms)),
-                        Param::I64(now),
-                        Param::Text(&owner),
-                    ],
-                )
-                .await?;
-                None
-            } else if fingerprint != args.fingerprint {
-                crate::db::metrics::idempotency("reused");
-                return Err(Error::IdempotencyKeyReused {
-                    key: args.key.to_owned(),
-                });
-            } else if let Some(body) = response {
-                crate::db::metrics::idempotency("replayed");
-                tx.commit().await?;
-                return Ok(Begun::Replay(body));
-            } else if locked_until.unwrap_or(0) > now {
-                crate::db::metrics::idempotency("in_progress");
-                return Err(Error::IdempotencyInProgress {
-                    key: args.key.to_owned(),
-                });
-            } else {
-                // Abandoned: take over, resuming after the last completed step.
-                tx.execute(
-                    "UPDATE leasehold_idempotency_keys SET locked_until_ms = $3, owner = $4 \
-                     WHERE scope = $1 AND idempotency_key = $2",
-                    &[
-                        args.scope.into(),
-                        args.key.into(),
-                        Param::I64(now.saturating_add(lock_ms)),
-                        Param::Text(&owner),
-                    ],
-                )
-                .await?;
-                tracing::info!(scope, key, %recovery_point, "taking over an abandoned idempotency key");
-                claim = "taken_over";
-                (!recovery_point.is_empty()).then_some(recovery_point)
             }
         };
         tx.commit().await?;
@@ -284,6 +283,80 @@ impl IdempotencyStore {
             owner,
             resume_after,
         }))
+    }
+
+    /// The key was taken when we tried to insert it: decides, from its row (locked until commit),
+    /// whether this request starts over (the key is past retention), replays, is refused, or takes
+    /// over an abandoned attempt.
+    async fn found_taken(
+        &self,
+        tx: &mut Tx,
+        args: &KeyArgs<'_>,
+        owner: &str,
+        now: i64,
+        row: Option<KeyRow>,
+    ) -> Result<Found> {
+        let lock_ms = millis(self.lock_timeout);
+        let retention_ms = millis(self.retention);
+        let row = match row {
+            Some(row) => Some(row),
+            None => read_key(tx, args).await?,
+        };
+        let Some((fingerprint, locked_until, recovery_point, response, created_at)) = row else {
+            // Purged between our insert and our read; the caller may simply retry.
+            return Err(Error::IdempotencyInProgress {
+                key: args.key.to_owned(),
+            });
+        };
+        let expired = created_at < now.saturating_sub(retention_ms);
+        let done = response.is_some();
+        if expired && (done || locked_until.unwrap_or(0) <= now) {
+            // Past retention: the key is free again; start over as a new request.
+            tx.execute(
+                "UPDATE leasehold_idempotency_keys SET fingerprint = $3, locked_until_ms = $4, \
+                 recovery_point = '', response = NULL, created_at_ms = $5, completed_at_ms = NULL, \
+                 owner = $6 WHERE scope = $1 AND idempotency_key = $2",
+                &[
+                    args.scope.into(),
+                    args.key.into(),
+                    Param::Text(&args.fingerprint),
+                    Param::I64(now.saturating_add(lock_ms)),
+                    Param::I64(now),
+                    Param::Text(owner),
+                ],
+            )
+            .await?;
+            Ok(Found::Restart)
+        } else if fingerprint != args.fingerprint {
+            crate::db::metrics::idempotency("reused");
+            Err(Error::IdempotencyKeyReused {
+                key: args.key.to_owned(),
+            })
+        } else if let Some(body) = response {
+            Ok(Found::Replay(body))
+        } else if locked_until.unwrap_or(0) > now {
+            crate::db::metrics::idempotency("in_progress");
+            Err(Error::IdempotencyInProgress {
+                key: args.key.to_owned(),
+            })
+        } else {
+            // Abandoned: take over, resuming after the last completed step.
+            tx.execute(
+                "UPDATE leasehold_idempotency_keys SET locked_until_ms = $3, owner = $4 \
+                 WHERE scope = $1 AND idempotency_key = $2",
+                &[
+                    args.scope.into(),
+                    args.key.into(),
+                    Param::I64(now.saturating_add(lock_ms)),
+                    Param::Text(owner),
+                ],
+            )
+            .await?;
+            tracing::info!(scope = args.scope, key = args.key, %recovery_point, "taking over an abandoned idempotency key");
+            Ok(Found::TakeOver(
+                (!recovery_point.is_empty()).then_some(recovery_point),
+            ))
+        }
     }
 
     /// Deletes keys older than the retention (completed ones, and abandoned ones whose lock has
@@ -408,7 +481,25 @@ impl Attempt {
 
     /// Begins a step's transaction: checks (and locks, until commit) that this attempt still owns the
     /// key, and extends its lock.
+    ///
+    /// On InnoDB this update can lose a deadlock to concurrent first requests of the same key
+    /// (each holding the shared lock its duplicate insert took, all upgrading): nothing but the
+    /// update ran in the transaction, so it is begun again, a few times, before any work runs.
     async fn claim_for_step(&self) -> Result<Tx> {
+        let mut attempt = 0;
+        loop {
+            match self.try_claim_for_step().await {
+                Err(e) if is_deadlock(&e) && attempt < DEADLOCK_RETRIES => {
+                    attempt += 1;
+                    deadlock_backoff(attempt).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One try of [`Attempt::claim_for_step`].
+    async fn try_claim_for_step(&self) -> Result<Tx> {
         let mut tx = self.store.db.begin().await?;
         let now = tx.now_ms().await?;
         let owned = tx

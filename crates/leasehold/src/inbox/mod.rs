@@ -62,10 +62,14 @@ impl Inbox {
     pub async fn record(&self, tx: &mut Tx, message_id: &str) -> Result<Delivery> {
         check_key("message id", message_id)?;
         let now = tx.now_ms().await?;
+        let (insert, if_absent) = tx.dialect().insert_ignore;
         let inserted = tx
             .execute(
-                "INSERT INTO leasehold_inbox (consumer, message_id, processed_at_ms) \
-                 VALUES ($1, $2, $3) ON CONFLICT (consumer, message_id) DO NOTHING",
+                // The dialect's own keywords; values are bound.
+                sqlx::AssertSqlSafe(format!(
+                    "{insert} leasehold_inbox (consumer, message_id, processed_at_ms) \
+                     VALUES ($1, $2, $3){if_absent}"
+                )),
                 &[
                     Param::Text(&self.consumer),
                     Param::Text(message_id),

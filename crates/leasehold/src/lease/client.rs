@@ -99,6 +99,17 @@ impl LeaseClientBuilder {
         self
     }
 
+    /// Accepts a Redis that may evict lease keys under memory pressure (`maxmemory` set with a
+    /// `maxmemory-policy` other than `noeviction`), which is refused at connect by default: an evicted
+    /// lock key lets a second holder in while the first still works. With this set, leasehold warns
+    /// once, keeps watching the policy, and reports a lease whose key was evicted as lost
+    /// ([`LostReason::Evicted`](crate::LostReason::Evicted)) at its next renewal. Use fenced writes on
+    /// such a Redis. Other stores ignore it.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.settings.allow_eviction = allow;
+        self
+    }
+
     /// Trusts these PEM root certificate(s) for TLS (a private CA or a self-signed server
     /// certificate) instead of the built-in web PKI roots. Refused at connect for a non-TLS URL.
     pub fn tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -118,7 +129,7 @@ impl LeaseClientBuilder {
     /// sent, also an etcd endpoint that answers as something else), an unknown Sentinel master
     /// name, or a URL of the wrong topology for the server it reaches (`redis://` at a cluster
     /// node, `redis-cluster://` at a single server, a sentinel given as a data node or the
-    /// reverse); [`Error::Redis`], `Error::Etcd` or [`Error::Timeout`] with
+    /// reverse); [`Error::Store`] or [`Error::Timeout`] with
     /// [`Phase::Connect`](crate::Phase::Connect) for a store that cannot be reached or refuses the
     /// credentials (it is asked once; every member of an etcd cluster); for a Redlock,
     /// [`Error::Invalid`] also for a replica or two URLs naming one server, and
@@ -128,6 +139,18 @@ impl LeaseClientBuilder {
     ///
     /// Cancel safe: nothing is held before it returns.
     pub async fn connect(self) -> Result<LeaseClient> {
+        self.check()?;
+        let prefix = self.settings.prefix.clone();
+        let response_timeout = self.settings.response_timeout;
+        let store = match &self.target {
+            Target::One(url) => store::open(url, self.settings).await?,
+            Target::Redlock(urls) => store::open_redlock(urls, self.settings).await?,
+        };
+        Ok(LeaseClient::with_store(store, prefix, response_timeout))
+    }
+
+    /// Checks the settings before anything is opened.
+    fn check(&self) -> Result<()> {
         crate::lease::names::check_prefix(&self.settings.prefix)?;
         let retention = self.settings.retention;
         if retention < Duration::from_secs(1) || retention > Duration::from_secs(366 * 24 * 3600) {
@@ -153,12 +176,37 @@ impl LeaseClientBuilder {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Opens a store of your own instead of one this crate knows: `open` gets the builder's URL
+    /// (as given to [`LeaseClient::builder`]; this crate does not read it) and the settings
+    /// (prefix, timeouts, retention), and returns anything that implements
+    /// [`Store`]. The client's core (deadlines, the watchdog, the lost
+    /// signal, waiting, cancel safety) then runs on it exactly as on the built-in stores; the
+    /// contract suite (feature `contract-suite`) checks that the store keeps its side.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a bad setting (before `open` runs); whatever `open` returns.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe as far as `open` is: nothing is held before it returns.
+    pub async fn connect_with<S, F, Fut>(self, open: F) -> Result<LeaseClient>
+    where
+        S: Store,
+        F: FnOnce(String, Settings) -> Fut,
+        Fut: std::future::Future<Output = Result<S>>,
+    {
+        self.check()?;
+        let url = match self.target {
+            Target::One(url) => url,
+            Target::Redlock(urls) => urls.join(","),
+        };
         let prefix = self.settings.prefix.clone();
         let response_timeout = self.settings.response_timeout;
-        let store = match &self.target {
-            Target::One(url) => store::open(url, self.settings).await?,
-            Target::Redlock(urls) => store::open_redlock(urls, self.settings).await?,
-        };
+        let store: Arc<dyn Store> = Arc::new(open(url, self.settings).await?);
         Ok(LeaseClient::with_store(store, prefix, response_timeout))
     }
 }
@@ -227,6 +275,10 @@ enum Outcome {
     Busy(Option<Duration>),
 }
 
+/// The longest wait [`LeaseClient::acquire`] keeps to: a year. A longer bound (`Duration::MAX`) is cut
+/// to it; a caller that must wait longer asks again on [`Error::WaitTimeout`].
+pub const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl LeaseClient {
     /// Starts a builder for the store at `url`: `redis://[user:password@]host[:port][/db]`,
     /// `rediss://…` (TLS); a primary found through Sentinel,
@@ -248,6 +300,7 @@ impl LeaseClient {
                 connect_timeout: Duration::from_secs(2),
                 tls_root_ca_pem: None,
                 retention: store::DEFAULT_RETENTION,
+                allow_eviction: false,
             },
         }
     }
@@ -392,6 +445,7 @@ impl LeaseClient {
             grant,
             self.shared_opts(opts),
         ));
+        state.learned(self.store().clock_rate());
         Lease::new(state, self.inner.keeper.clone())
     }
 
@@ -432,7 +486,7 @@ impl LeaseClient {
     ///
     /// # Errors
     ///
-    /// [`Error::Busy`]; [`Error::Invalid`] for a bad name (nothing sent); [`Error::Redis`] or
+    /// [`Error::Busy`]; [`Error::Invalid`] for a bad name (nothing sent); [`Error::Store`] or
     /// [`Error::Timeout`] when the store failed (after a timeout the attempt is abandoned, so a lease
     /// it may have taken is released if the store can be reached); [`Error::NotReplicated`] under a
     /// fail-closed replica policy.
@@ -480,7 +534,8 @@ impl LeaseClient {
     /// holder's expiry is noticed by the next step.
     ///
     /// The bound is kept to within one request's response time (an attempt already sent is
-    /// awaited, not abandoned). Transient store failures while waiting (a dropped connection, a
+    /// awaited, not abandoned); a bound above [`MAX_WAIT`] (a year; `Duration::MAX`, say) is
+    /// [`MAX_WAIT`]. Transient store failures while waiting (a dropped connection, a
     /// restart) are retried within the bound after a short jittered pause, keeping the place in the
     /// queue.
     ///
@@ -506,7 +561,9 @@ impl LeaseClient {
         }
         self.store().check_name(name)?;
         let started = Instant::now();
-        let r = self.wait_for(name, opts, started, max_wait).await;
+        let r = self
+            .wait_for(name, opts, started, max_wait.min(MAX_WAIT))
+            .await;
         self.record_outcome(started, &r);
         r
     }
@@ -691,6 +748,22 @@ impl LeaseClient {
         })
     }
 
+    /// The note last written beside `name` by a holder ([`Lease::write_note`]), whoever wrote it and
+    /// whether or not it still holds the name (`None`: none kept). An election reads its leader's
+    /// record this way.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a bad name or a store that keeps no notes; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.store().check_name(name)?;
+        self.store().read_note(name).await
+    }
+
     /// Lists lease names under this client's prefix matching the glob `pattern` (`*` for all). A name
     /// appears once it has been acquired (while the store keeps its fence) or while it is held.
     ///
@@ -702,13 +775,7 @@ impl LeaseClient {
     ///
     /// Cancel safe: it only reads.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
-        if pattern.is_empty() {
-            return Err(Error::invalid(
-                "name pattern",
-                "it is empty; use `*` to list all names",
-            ));
-        }
-        crate::lease::names::refuse_tag_breakers("name pattern", pattern)?;
+        crate::lease::names::check_pattern(pattern)?;
         self.store().list(pattern).await
     }
 

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::error::{LostReason, Result};
 use crate::fence::Fence;
 use crate::lease::options::LeaseOptions;
-use crate::lease::signal::LostSignal;
+use crate::lease::signal::{HealthWatch, LeaseHealth, LostSignal};
 use crate::lease::state::LeaseState;
 use crate::lease::watchdog::Keeper;
 use crate::lease::{metrics, StoreKind};
@@ -73,6 +73,22 @@ impl Lease {
         self.state.signal.clone()
     }
 
+    /// A watch on how the lease stands: [`LeaseHealth::Held`], [`LeaseHealth::Suspect`] (at risk
+    /// before its deadline: renewals failing, or the store's clock running faster than ours beyond
+    /// the drift allowance) or [`LeaseHealth::Lost`] (with the lost signal's reason).
+    ///
+    /// Which stores can tell what: every store reports renewals failing; a Redis server reached by
+    /// `redis://` or `rediss://` also reports its clock's rate, learned from the server time its
+    /// acquire and renewal replies carry, and counts the deadline at that rate.
+    pub fn health(&self) -> HealthWatch {
+        self.state.health()
+    }
+
+    /// How the lease stands now (shorthand for `health().current()`).
+    pub fn health_now(&self) -> LeaseHealth {
+        self.state.health_now()
+    }
+
     /// Whether the lease has been lost (shorthand for `lost().is_fired()`).
     pub fn is_lost(&self) -> bool {
         self.state.signal.is_fired()
@@ -116,7 +132,7 @@ impl Lease {
         match reply {
             Ok(true) => {
                 metrics::renewal("renewed");
-                st.extend(sent_at);
+                st.extend(sent_at, self.keeper.store().clock_rate());
                 match st.signal.reason() {
                     Some(reason) => Err(st.lost_error(reason)),
                     None => Ok(()),
@@ -129,7 +145,56 @@ impl Lease {
             }
             Err(e) => {
                 metrics::renewal("error");
+                st.renewal_failed();
                 Err(e)
+            }
+        }
+    }
+
+    /// Writes `note` beside the lease, for anyone to read with
+    /// [`LeaseClient::read_note`](crate::LeaseClient::read_note): only while the store still holds our
+    /// token. It replaces the name's earlier note; it is kept while the lease is held, and may
+    /// outlive it (up to the name's retention): a reader that needs the current holder's note writes
+    /// the fence into it and compares. An election's leader record is one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`](crate::Error::Invalid) for a note over
+    /// [`MAX_NOTE_LEN`](crate::lease::store::MAX_NOTE_LEN) bytes, a semaphore's permit, or a store
+    /// that keeps no notes; [`Error::LeaseLost`](crate::Error::LeaseLost) when the lease is no longer
+    /// ours (nothing written); store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a write that was sent and not awaited writes the same note or, if the lease was
+    /// lost meanwhile, nothing.
+    pub async fn write_note(&self, note: &[u8]) -> Result<()> {
+        use crate::lease::store::MAX_NOTE_LEN;
+        let st = &self.state;
+        if note.len() > MAX_NOTE_LEN {
+            return Err(crate::Error::invalid(
+                "note",
+                format!(
+                    "{} bytes is over the {MAX_NOTE_LEN}-byte limit; keep a pointer (a URL, an id) \
+                     in the note and the data elsewhere",
+                    note.len()
+                ),
+            ));
+        }
+        if st.opts.permits > 1 {
+            return Err(crate::Error::invalid(
+                "note",
+                "a semaphore's permits keep no note; elect with a lock (one permit)",
+            ));
+        }
+        if let Some(reason) = st.check_time(Instant::now()) {
+            return Err(st.lost_error(reason));
+        }
+        match self.keeper.store().write_note(&st.held(), note).await? {
+            true => Ok(()),
+            false => {
+                st.fire(LostReason::NotOurs);
+                Err(st.lost_error(st.signal.reason().unwrap_or(LostReason::NotOurs)))
             }
         }
     }

@@ -18,8 +18,13 @@ pub const ACQUISITIONS_TOTAL: &str = "leasehold_acquisitions_total";
 pub const CONTENTION_TOTAL: &str = "leasehold_contention_total";
 /// Counter: renewals by `outcome` (`renewed`, `not_ours`, `error`).
 pub const RENEWALS_TOTAL: &str = "leasehold_renewals_total";
-/// Counter: lost leases by `reason` (`deadline_passed`, `not_ours`, `max_hold_reached`).
+/// Counter: lost leases by `reason` (`deadline_passed`, `not_ours`, `max_hold_reached`, `evicted`).
 pub const LOST_TOTAL: &str = "leasehold_lost_total";
+/// Counter: leases that became suspect (at risk before their deadline), by `reason`
+/// (`renewal_failing`, `store_clock_fast`): one per change of reason, not per renewal.
+pub const SUSPECT_TOTAL: &str = "leasehold_suspect_total";
+/// Gauge: held leases that are suspect now.
+pub const SUSPECT_LEASES: &str = "leasehold_suspect_leases";
 /// Counter: releases by `outcome` (`released`, `already_gone`, `error`) and `mode`.
 pub const RELEASES_TOTAL: &str = "leasehold_releases_total";
 /// Counter: `WAIT` after acquire that got fewer replica acknowledgements than asked for, by `policy`.
@@ -29,6 +34,23 @@ pub const REPLICA_SHORTFALL_TOTAL: &str = "leasehold_replica_shortfall_total";
 /// (`how`: `agreed`, a majority recorded it in the acquire itself; `confirmed`, written back in a
 /// second round trip; `failed`, the write-back did not reach a majority and the attempt was undone).
 pub const REDLOCK_FENCE_TOTAL: &str = "leasehold_redlock_fence_total";
+
+/// Counter: keys the Redis data nodes evicted under memory pressure (`evicted_keys` growth between
+/// two looks of the store, every few seconds). Above 0 on a Redis that holds leases: lease keys may
+/// be among them.
+pub const REDIS_EVICTED_KEYS_TOTAL: &str = "leasehold_redis_evicted_keys_total";
+
+/// Counter: elections won and resignations (label `outcome`: `elected`, `resigned`).
+pub const ELECTIONS_TOTAL: &str = "leasehold_elections_total";
+
+pub(crate) fn election(outcome: &'static str) {
+    metrics::counter!(ELECTIONS_TOTAL, "outcome" => outcome).increment(1);
+}
+
+#[cfg(feature = "redis")]
+pub(crate) fn evicted_keys(n: u64) {
+    metrics::counter!(REDIS_EVICTED_KEYS_TOTAL).increment(n);
+}
 
 pub(crate) fn acquired(outcome: &'static str, waited: Duration) {
     metrics::counter!(ACQUISITIONS_TOTAL, "outcome" => outcome).increment(1);
@@ -62,8 +84,17 @@ pub(crate) fn lost(reason: LostReason) {
         LostReason::DeadlinePassed => "deadline_passed",
         LostReason::NotOurs => "not_ours",
         LostReason::MaxHoldReached => "max_hold_reached",
+        LostReason::Evicted => "evicted",
     };
     metrics::counter!(LOST_TOTAL, "reason" => reason).increment(1);
+}
+
+pub(crate) fn suspect(reason: crate::lease::signal::SuspectReason) {
+    metrics::counter!(SUSPECT_TOTAL, "reason" => reason.label()).increment(1);
+}
+
+pub(crate) fn suspect_leases(delta: f64) {
+    metrics::gauge!(SUSPECT_LEASES).increment(delta);
 }
 
 pub(crate) fn hold_time(held: Duration) {

@@ -8,7 +8,7 @@
 //! the retention passing, as long as the server's clock has not stepped back by more than that took;
 //! PostgreSQL: a sequence drawn under the name's advisory lock, durable across a crash; etcd: the
 //! cluster revision at which the holder became the owner); a holder is told (the [`LostSignal`]) as
-//! soon as its lease is no longer safe.
+//! soon as its lease is no longer safe, and ([`Lease::health`]) when it is at risk before that.
 //! Limit: a process pause longer than the lease, or a failover before the lock write replicated, gives
 //! two holders. No store prevents a pause. If double execution would corrupt data, fence or
 //! constrain at the resource ([`crate::fence`], [`crate::idempotency`], [`crate::state`]).
@@ -44,7 +44,9 @@
 //! [`with_lease`](LeaseClient::with_lease), inspect, list, force-release) uses `waiters` (one contender
 //! per name in this process), [`guard`] (the held [`Lease`]), `watchdog` (one renewal task per client,
 //! and the narrow handle a lease keeps), `state` (what a held lease shares with the watchdog),
-//! [`signal`] (the [`LostSignal`]), and [`store`] (where leases live: the one trait every store
+//! [`signal`] (the [`LostSignal`], and the [`HealthWatch`] that says a lease is
+//! [`Suspect`](LeaseHealth::Suspect) before it is lost), `clock` (the store's clock rate, learned
+//! from the store's time in its replies), and [`store`] (where leases live: the one trait every store
 //! implements, and the stores: `store::redis` (one server, Sentinel, Cluster), `store::redlock`
 //! over several independent masters, opened with [`LeaseClient::redlock`], `store::postgres` and
 //! `store::etcd`; `docs/stores.md` compares them). [`options`] and `names` say what is accepted;
@@ -53,14 +55,20 @@
 // With no store compiled in, the core is still there (and documented) but nothing constructs what
 // only a store builds.
 #![cfg_attr(
-    not(any(feature = "redis", feature = "postgres", feature = "etcd")),
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "etcd"
+    )),
     allow(dead_code, unused_variables)
 )]
 
 pub mod client;
+mod clock;
 pub mod guard;
 pub mod metrics;
-mod names;
+pub(crate) mod names;
 pub mod options;
 pub mod signal;
 mod state;
@@ -70,9 +78,9 @@ mod watchdog;
 
 pub use client::{LeaseClient, LeaseClientBuilder};
 pub use guard::Lease;
-pub use names::{check_name, check_prefix, MAX_NAME_LEN};
+pub use names::{check_name, check_pattern, check_prefix, MAX_NAME_LEN};
 pub use options::{LeaseOptions, LeaseOptionsBuilder, ReplicaPolicy};
-pub use signal::LostSignal;
+pub use signal::{HealthWatch, LeaseHealth, LostSignal, SuspectReason};
 #[cfg(feature = "redis")]
 pub use store::redis::keys::LeaseKeys;
 pub use store::{ForcedRelease, HolderInfo, LeaseInfo, StoreKind, SCHEMES};

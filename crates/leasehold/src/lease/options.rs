@@ -196,6 +196,23 @@ impl LeaseOptionsBuilder {
     /// outside 1..=[`LeaseOptions::MAX_PERMITS`], each with a message that names the value and the
     /// fix.
     pub fn build(self) -> Result<LeaseOptions> {
+        let (ttl, drift, renew_every) = self.timing()?;
+        self.check_limits()?;
+        let handoff_ttl = self.checked_handoff_ttl(ttl)?;
+        let permits = self.checked_permits()?;
+        Ok(LeaseOptions {
+            ttl,
+            renew_every,
+            drift,
+            max_hold: self.max_hold,
+            replicas: self.replicas,
+            handoff_ttl,
+            permits,
+        })
+    }
+
+    /// The TTL, the drift allowance and the renewal period, each checked against the others.
+    fn timing(&self) -> Result<(Duration, Duration, Option<Duration>)> {
         let ttl = self.ttl.unwrap_or(Duration::from_secs(30));
         if ttl < LeaseOptions::MIN_TTL || ttl > LeaseOptions::MAX_TTL {
             return Err(Error::invalid(
@@ -232,6 +249,11 @@ impl LeaseOptionsBuilder {
                 ));
             }
         }
+        Ok((ttl, drift, renew_every))
+    }
+
+    /// The maximum hold and the replica wait, when given.
+    fn check_limits(&self) -> Result<()> {
         if let Some(max) = self.max_hold {
             if max.is_zero() {
                 return Err(Error::invalid(
@@ -248,21 +270,28 @@ impl LeaseOptionsBuilder {
                 ));
             }
         }
-        let handoff_ttl = match self.handoff_ttl {
-            None => DEFAULT_HANDOFF_TTL.min(ttl),
-            Some(first) if first < MIN_HANDOFF_TTL || first > ttl => {
-                return Err(Error::invalid(
-                    "handoff ttl",
-                    format!(
-                        "{} ms is out of range; use between {} ms and the ttl ({} ms)",
-                        first.as_millis(),
-                        MIN_HANDOFF_TTL.as_millis(),
-                        ttl.as_millis()
-                    ),
-                ))
-            }
-            Some(first) => first,
-        };
+        Ok(())
+    }
+
+    /// The first hold of a handed-over lease: the default (capped at `ttl`), or the one given.
+    fn checked_handoff_ttl(&self, ttl: Duration) -> Result<Duration> {
+        match self.handoff_ttl {
+            None => Ok(DEFAULT_HANDOFF_TTL.min(ttl)),
+            Some(first) if first < MIN_HANDOFF_TTL || first > ttl => Err(Error::invalid(
+                "handoff ttl",
+                format!(
+                    "{} ms is out of range; use between {} ms and the ttl ({} ms)",
+                    first.as_millis(),
+                    MIN_HANDOFF_TTL.as_millis(),
+                    ttl.as_millis()
+                ),
+            )),
+            Some(first) => Ok(first),
+        }
+    }
+
+    /// The number of permits: 1 (a lock) unless given.
+    fn checked_permits(&self) -> Result<u32> {
         let permits = self.permits.unwrap_or(1);
         if permits == 0 || permits > LeaseOptions::MAX_PERMITS {
             return Err(Error::invalid(
@@ -273,15 +302,7 @@ impl LeaseOptionsBuilder {
                 ),
             ));
         }
-        Ok(LeaseOptions {
-            ttl,
-            renew_every,
-            drift,
-            max_hold: self.max_hold,
-            replicas: self.replicas,
-            handoff_ttl,
-            permits,
-        })
+        Ok(permits)
     }
 }
 

@@ -1,11 +1,15 @@
-//! The signal that tells a holder its lease is gone.
+//! The signals that tell a holder about its lease: [`LostSignal`] when it is gone, [`HealthWatch`]
+//! when it is at risk before that ([`LeaseHealth::Suspect`]).
 //!
-//! Promise: it fires once, with the first reason, and every clone and child token sees it. Limit: it
-//! cannot stop code that is already running; the holder must look (`select!` on
-//! [`LostSignal::fired`]) and stop.
+//! Promise: the lost signal fires once, with the first reason, and every clone and child token sees
+//! it; the health watch moves between held and suspect as renewals fail and succeed, and ends at lost
+//! with the lost signal's reason. Limit: neither can stop code that is already running; the holder
+//! must look (`select!` on [`LostSignal::fired`] or [`HealthWatch::at_risk`]) and stop.
 
+use std::fmt;
 use std::sync::{Arc, OnceLock};
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LostReason;
@@ -68,9 +72,213 @@ impl LostSignal {
     }
 }
 
+/// Why a held lease is at risk although its deadline has not passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SuspectReason {
+    /// The last renewal did not reach the store or got no answer in time (the store is down,
+    /// paused, or the network is); the watchdog keeps retrying until the holder's deadline.
+    RenewalFailing,
+    /// The store's clock advances faster than this process's by more than the drift allowance
+    /// (`per_million`: by how much, in parts per million): this holder's own clock runs slow, or
+    /// the store's fast. The deadline is already counted at the measured rate; a faster store clock
+    /// means the store's TTL runs out sooner than this process's clock says.
+    StoreClockFast {
+        /// How much faster, in parts per million (1,000,000: twice as fast).
+        per_million: u32,
+    },
+}
+
+impl fmt::Display for SuspectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SuspectReason::RenewalFailing => f.write_str(
+                "renewals are failing (the store does not answer); retrying until the deadline",
+            ),
+            SuspectReason::StoreClockFast { per_million } => write!(
+                f,
+                "the store's clock runs {:.1}% faster than this process's, beyond the drift allowance; the deadline is counted at the store's rate",
+                f64::from(*per_million) / 1e4
+            ),
+        }
+    }
+}
+
+impl SuspectReason {
+    /// A short label (`renewal_failing`, `store_clock_fast`), as the metrics carry it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            SuspectReason::RenewalFailing => "renewal_failing",
+            SuspectReason::StoreClockFast { .. } => "store_clock_fast",
+        }
+    }
+}
+
+/// How a held lease stands: held, at risk, or lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseHealth {
+    /// Renewed on time, on a store whose clock keeps pace with ours.
+    Held,
+    /// Still ours by the holder's deadline, but at risk: act accordingly (finish, checkpoint, or
+    /// stop). It becomes [`Held`](Self::Held) again when a renewal succeeds and the clocks agree.
+    Suspect {
+        /// Why.
+        reason: SuspectReason,
+    },
+    /// Lost, for good: the same reason as the [`LostSignal`]'s.
+    Lost {
+        /// Why.
+        reason: LostReason,
+    },
+}
+
+impl LeaseHealth {
+    /// Whether it is [`LeaseHealth::Held`].
+    pub fn is_held(&self) -> bool {
+        matches!(self, LeaseHealth::Held)
+    }
+
+    /// Whether it is [`LeaseHealth::Suspect`].
+    pub fn is_suspect(&self) -> bool {
+        matches!(self, LeaseHealth::Suspect { .. })
+    }
+
+    /// Whether it is [`LeaseHealth::Lost`].
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LeaseHealth::Lost { .. })
+    }
+}
+
+impl fmt::Display for LeaseHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaseHealth::Held => f.write_str("held"),
+            LeaseHealth::Suspect { reason } => write!(f, "suspect: {reason}"),
+            LeaseHealth::Lost { reason } => write!(f, "lost: {reason}"),
+        }
+    }
+}
+
+/// A watch on a lease's [`LeaseHealth`]. Clone it into the task doing the work and `select!` on
+/// [`at_risk`](Self::at_risk) or [`changed`](Self::changed). Once the lease is released nothing
+/// changes any more: the futures stay pending, as the lost signal's does.
+#[derive(Debug, Clone)]
+pub struct HealthWatch {
+    rx: watch::Receiver<LeaseHealth>,
+}
+
+impl HealthWatch {
+    /// How the lease stands now.
+    pub fn current(&self) -> LeaseHealth {
+        *self.rx.borrow()
+    }
+
+    /// Completes at the next change of health that this watch has not seen yet, with the new value.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a change that happens meanwhile is seen by the next call.
+    pub async fn changed(&mut self) -> LeaseHealth {
+        if self.rx.changed().await.is_err() {
+            // Released: nothing will change any more.
+            std::future::pending::<()>().await;
+        }
+        *self.rx.borrow_and_update()
+    }
+
+    /// Completes as soon as the lease is not [`LeaseHealth::Held`] (at once if it already is not),
+    /// with the health then.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn at_risk(&mut self) -> LeaseHealth {
+        loop {
+            let now = *self.rx.borrow_and_update();
+            if !now.is_held() {
+                return now;
+            }
+            self.changed().await;
+        }
+    }
+
+    /// The underlying `tokio` receiver, for code that already speaks `tokio::sync::watch`.
+    pub fn receiver(&self) -> watch::Receiver<LeaseHealth> {
+        self.rx.clone()
+    }
+}
+
+/// The sending side, kept by the lease's shared state.
+#[derive(Debug)]
+pub(crate) struct HealthSender {
+    tx: watch::Sender<LeaseHealth>,
+}
+
+impl HealthSender {
+    pub(crate) fn new() -> Self {
+        HealthSender {
+            tx: watch::Sender::new(LeaseHealth::Held),
+        }
+    }
+
+    /// A new watch on it.
+    pub(crate) fn watch(&self) -> HealthWatch {
+        HealthWatch {
+            rx: self.tx.subscribe(),
+        }
+    }
+
+    /// The health now.
+    pub(crate) fn current(&self) -> LeaseHealth {
+        *self.tx.borrow()
+    }
+
+    /// Sets `to` unless the lease is lost already (lost is final); the previous health when it
+    /// changed.
+    pub(crate) fn set(&self, to: LeaseHealth) -> Option<LeaseHealth> {
+        let mut before = None;
+        self.tx.send_if_modified(|h| {
+            if h.is_lost() || *h == to {
+                return false;
+            }
+            before = Some(*h);
+            *h = to;
+            true
+        });
+        before
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn health_moves_between_held_and_suspect_and_stops_at_lost() {
+        let tx = HealthSender::new();
+        let mut w = tx.watch();
+        assert_eq!(w.current(), LeaseHealth::Held);
+        let waiter = tokio::spawn({
+            let mut w = w.clone();
+            async move { w.at_risk().await }
+        });
+        let suspect = LeaseHealth::Suspect {
+            reason: SuspectReason::RenewalFailing,
+        };
+        assert_eq!(tx.set(suspect), Some(LeaseHealth::Held));
+        assert_eq!(tx.set(suspect), None, "no change, no news");
+        assert_eq!(waiter.await.unwrap(), suspect);
+        assert_eq!(w.changed().await, suspect);
+        assert_eq!(tx.set(LeaseHealth::Held), Some(suspect));
+        let lost = LeaseHealth::Lost {
+            reason: LostReason::DeadlinePassed,
+        };
+        assert_eq!(tx.set(lost), Some(LeaseHealth::Held));
+        assert_eq!(tx.set(LeaseHealth::Held), None, "lost is final");
+        assert_eq!(w.at_risk().await, lost);
+        assert!(lost.to_string().starts_with("lost: "), "{lost}");
+    }
 
     #[tokio::test]
     async fn the_signal_fires_once_with_its_first_reason() {

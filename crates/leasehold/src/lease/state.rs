@@ -1,12 +1,17 @@
 //! What a held lease is, shared between its guard ([`Lease`](crate::Lease)) and the watchdog: name,
-//! token, fence, the holder's own deadline, the lost signal.
+//! token, fence, the holder's own deadline, the lost signal, the health watch.
 //!
 //! Promise: the deadline counts from an instant no later than the moment the store started the TTL
-//! (the acquire's send time, or what the store said for a hand-off), minus the drift allowance, and
-//! never moves back; once lost, a lease stays lost with its first reason. Limit: it is the holder's
-//! clock; a process paused past the deadline learns of the loss only when it runs again.
+//! (the acquire's send time, or what the store said for a hand-off), minus the drift allowance; once
+//! the store's clock rate is known ([`ClockRate`]), the TTL is counted at that rate (a store clock
+//! twice as fast as ours halves the local deadline). Only a renewal sent later than the one that set
+//! the deadline moves it, so a late reply never moves it back; once lost, a lease stays lost with its
+//! first reason. The health is suspect while the last renewal failed or the store's clock runs
+//! faster than the drift allowance covers. Limit: it is the holder's clock; a process paused past
+//! the deadline learns of the loss only when it runs again, and before the first reply that carried
+//! the store's time nothing is known of the rate.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,9 +19,10 @@ use tokio::time::Instant;
 
 use crate::error::{Error, LostReason};
 use crate::fence::Fence;
+use crate::lease::clock::ClockRate;
 use crate::lease::metrics;
 use crate::lease::options::LeaseOptions;
-use crate::lease::signal::LostSignal;
+use crate::lease::signal::{HealthSender, HealthWatch, LeaseHealth, LostSignal, SuspectReason};
 use crate::lease::store::{Grant, Held};
 
 /// One held lease. Kept small (one per held lease): the token is inline and the options are shared
@@ -40,10 +46,19 @@ pub(crate) struct LeaseState {
     pub(crate) first_renewal: Option<Instant>,
     /// `acquired_at + max_hold`, when capped.
     pub(crate) max_hold_at: Option<Instant>,
-    /// The holder's own deadline: (instant the last successful acquire/renew was sent) + ttl - drift.
-    deadline: Mutex<Instant>,
+    /// The holder's own deadline: (instant the last successful acquire/renew was sent) + ttl - drift,
+    /// counted at the store's clock rate once known; with the send instant that set it.
+    deadline: Mutex<(Instant, Instant)>,
     /// Fired when the lease is lost.
     pub(crate) signal: LostSignal,
+    /// Held, suspect or lost, for whoever watches.
+    health: HealthSender,
+    /// The last renewal failed (no answer, or a refusal).
+    failing: AtomicBool,
+    /// How much faster the store's clock runs than ours, beyond the allowance (0: not beyond).
+    clock_fast_ppm: AtomicU32,
+    /// Counted in the suspect-leases gauge now.
+    in_gauge: AtomicBool,
     /// Released (or handed to a background release): the watchdog stops watching it.
     pub(crate) released: AtomicBool,
     /// Hold time recorded (on release or loss, whichever first).
@@ -89,8 +104,12 @@ impl LeaseState {
             acquired_at: grant.since,
             first_renewal,
             max_hold_at,
-            deadline: Mutex::new(deadline),
+            deadline: Mutex::new((deadline, grant.since)),
             signal: LostSignal::new(),
+            health: HealthSender::new(),
+            failing: AtomicBool::new(false),
+            clock_fast_ppm: AtomicU32::new(0),
+            in_gauge: AtomicBool::new(false),
             released: AtomicBool::new(false),
             finished: AtomicBool::new(false),
         }
@@ -117,17 +136,120 @@ impl LeaseState {
 
     /// The deadline by validity alone (not by max hold).
     pub(crate) fn validity_deadline(&self) -> Instant {
-        *self.deadline.lock().expect("deadline lock")
+        self.deadline.lock().expect("deadline lock").0
     }
 
-    /// Moves the deadline to `sent_at + ttl - drift` after a successful renewal sent at `sent_at`
-    /// (never backwards: renewals may complete out of order).
-    pub(crate) fn extend(&self, sent_at: Instant) {
-        let candidate = sent_at + self.opts.ttl - self.opts.drift;
-        let mut d = self.deadline.lock().expect("deadline lock");
-        if candidate > *d {
-            *d = candidate;
+    /// Moves the deadline to `sent_at + ttl - drift`, counted at the store's clock rate `rate` when
+    /// known, after a successful renewal sent at `sent_at`. A renewal sent before the one that set
+    /// the deadline changes nothing (renewals may complete out of order); a later one sets it even
+    /// when that is earlier (the rate says the store's TTL runs out sooner). Clears "renewal
+    /// failing" and takes the clock's verdict.
+    pub(crate) fn extend(&self, sent_at: Instant, rate: Option<ClockRate>) {
+        let valid = self.opts.ttl - self.opts.drift;
+        let candidate = sent_at + rate.map_or(valid, |r| r.scale_down(valid));
+        {
+            let mut d = self.deadline.lock().expect("deadline lock");
+            if sent_at >= d.1 {
+                *d = (candidate, sent_at);
+            }
         }
+        self.failing.store(false, Ordering::Release);
+        self.judge_clock(rate);
+        self.refresh();
+    }
+
+    /// Counts the first deadline at the store's clock rate, when the client knew it already at the
+    /// acquire.
+    pub(crate) fn learned(&self, rate: Option<ClockRate>) {
+        let Some(r) = rate else { return };
+        {
+            let mut d = self.deadline.lock().expect("deadline lock");
+            let since = self.acquired_at;
+            let first = d.0.saturating_duration_since(since);
+            if d.1 == since {
+                d.0 = since + r.scale_down(first);
+            }
+        }
+        self.judge_clock(rate);
+        self.refresh();
+    }
+
+    /// A renewal failed (no answer in time, or refused): suspect until one succeeds.
+    pub(crate) fn renewal_failed(&self) {
+        self.failing.store(true, Ordering::Release);
+        self.refresh();
+    }
+
+    /// Whether the store's clock runs faster than the drift allowance covers.
+    fn judge_clock(&self, rate: Option<ClockRate>) {
+        let Some(r) = rate else { return };
+        let ppm = r.fast_per_million();
+        let allowed = if self.opts.ttl.is_zero() {
+            0.0
+        } else {
+            self.opts.drift.as_secs_f64() / self.opts.ttl.as_secs_f64() * 1e6
+        };
+        let beyond = if f64::from(ppm) > allowed { ppm } else { 0 };
+        self.clock_fast_ppm.store(beyond, Ordering::Release);
+    }
+
+    /// The renewal period counted at the store's clock rate: a store clock twice as fast needs
+    /// renewals twice as often (by our clock) to keep the same margin.
+    pub(crate) fn renew_period(&self, every: Duration, rate: Option<ClockRate>) -> Duration {
+        rate.map_or(every, |r| r.scale_down(every))
+    }
+
+    /// Recomputes the health from the lost signal, the last renewal and the clock; sends a change.
+    fn refresh(&self) {
+        let to = if let Some(reason) = self.signal.reason() {
+            LeaseHealth::Lost { reason }
+        } else if self.failing.load(Ordering::Acquire) {
+            LeaseHealth::Suspect {
+                reason: SuspectReason::RenewalFailing,
+            }
+        } else {
+            match self.clock_fast_ppm.load(Ordering::Acquire) {
+                0 => LeaseHealth::Held,
+                per_million => LeaseHealth::Suspect {
+                    reason: SuspectReason::StoreClockFast { per_million },
+                },
+            }
+        };
+        let Some(before) = self.health.set(to) else {
+            return;
+        };
+        if let LeaseHealth::Suspect { reason } = to {
+            let same_kind =
+                matches!(before, LeaseHealth::Suspect { reason: r } if r.label() == reason.label());
+            if !same_kind {
+                metrics::suspect(reason);
+                tracing::warn!(lease = %self.name(), fence = %self.fence, %reason, "lease suspect");
+            }
+            if !self.in_gauge.swap(true, Ordering::AcqRel) {
+                metrics::suspect_leases(1.0);
+            }
+        } else {
+            if before.is_suspect() && to.is_held() {
+                tracing::info!(lease = %self.name(), fence = %self.fence, "lease held again");
+            }
+            self.leave_gauge();
+        }
+    }
+
+    fn leave_gauge(&self) {
+        if self.in_gauge.swap(false, Ordering::AcqRel) {
+            metrics::suspect_leases(-1.0);
+        }
+    }
+
+    /// A watch on the health.
+    pub(crate) fn health(&self) -> HealthWatch {
+        self.health.watch()
+    }
+
+    /// The health now.
+    pub(crate) fn health_now(&self) -> LeaseHealth {
+        self.health.current()
     }
 
     /// The earlier of the validity deadline and the max-hold instant.
@@ -144,6 +266,7 @@ impl LeaseState {
         if self.signal.fire(reason) {
             metrics::lost(reason);
             tracing::warn!(lease = %self.name(), fence = %self.fence, %reason, "lease lost");
+            self.refresh();
             self.finish();
         }
     }
@@ -153,6 +276,7 @@ impl LeaseState {
         if !self.finished.swap(true, Ordering::AcqRel) {
             metrics::hold_time(self.acquired_at.elapsed());
         }
+        self.leave_gauge();
     }
 
     /// Safe time left; zero once lost.
@@ -222,10 +346,10 @@ pub(crate) mod tests {
         assert_eq!(st.effective_deadline(), t0 + ms(950));
         assert_eq!(st.check_time(t0 + ms(949)), None);
         // A renewal sent at +500 moves the deadline to +1450, measured from its sending.
-        st.extend(t0 + ms(500));
+        st.extend(t0 + ms(500), None);
         assert_eq!(st.effective_deadline(), t0 + ms(1_450));
         // A renewal that completes late but was sent earlier never moves it back.
-        st.extend(t0 + ms(100));
+        st.extend(t0 + ms(100), None);
         assert_eq!(st.effective_deadline(), t0 + ms(1_450));
         assert_eq!(st.check_time(t0 + ms(1_449)), None);
         assert_eq!(
@@ -233,7 +357,7 @@ pub(crate) mod tests {
             Some(LostReason::DeadlinePassed)
         );
         // Lost stays lost, with the first reason, whatever happens next.
-        st.extend(t0 + ms(2_000));
+        st.extend(t0 + ms(2_000), None);
         assert_eq!(st.check_time(t0), Some(LostReason::DeadlinePassed));
         assert!(st.signal.is_fired());
         assert_eq!(st.remaining(), Duration::ZERO);
@@ -248,7 +372,7 @@ pub(crate) mod tests {
             .build()
             .unwrap();
         let st = state(1, o, t0);
-        st.extend(t0 + ms(900));
+        st.extend(t0 + ms(900), None);
         assert_eq!(st.effective_deadline(), t0 + ms(1_200));
         assert_eq!(
             st.check_time(t0 + ms(1_200)),
@@ -279,7 +403,82 @@ pub(crate) mod tests {
         );
         assert_eq!(st.first_renewal, Some(t0 + ms(2_000) / 3));
         assert_eq!(st.token().len(), 32);
-        st.extend(t0 + ms(600));
+        st.extend(t0 + ms(600), None);
         assert_eq!(st.effective_deadline(), t0 + ms(30_500));
+    }
+
+    #[test]
+    fn a_fast_store_clock_shortens_the_deadline_and_makes_the_lease_suspect() {
+        let t0 = Instant::now();
+        let o = LeaseOptions::builder()
+            .ttl(ms(3_000))
+            .drift(ms(30))
+            .build()
+            .unwrap();
+        let st = state(1, o, t0);
+        let health = st.health();
+        assert_eq!(health.current(), LeaseHealth::Held);
+        // The store's clock runs twice as fast as ours: its 3 s TTL is 1.5 s of ours.
+        let twice = ClockRate {
+            mid: 2.0,
+            high: 2.0,
+        };
+        st.extend(t0 + ms(1_000), Some(twice));
+        assert_eq!(st.effective_deadline(), t0 + ms(1_000) + ms(2_970) / 2);
+        assert_eq!(
+            health.current(),
+            LeaseHealth::Suspect {
+                reason: SuspectReason::StoreClockFast {
+                    per_million: 1_000_000
+                }
+            }
+        );
+        // A late reply to an earlier renewal changes nothing.
+        st.extend(t0 + ms(900), None);
+        assert_eq!(st.effective_deadline(), t0 + ms(1_000) + ms(2_970) / 2);
+        // Within the allowance (1% here): held again, and the deadline barely moves.
+        let close = ClockRate {
+            mid: 1.005,
+            high: 1.006,
+        };
+        st.extend(t0 + ms(2_000), Some(close));
+        assert_eq!(health.current(), LeaseHealth::Held);
+        assert!(st.effective_deadline() < t0 + ms(2_000) + ms(2_970));
+        assert!(st.effective_deadline() > t0 + ms(2_000) + ms(2_900));
+        // A failing renewal is suspect until one succeeds; the loss ends it.
+        st.renewal_failed();
+        assert_eq!(
+            health.current(),
+            LeaseHealth::Suspect {
+                reason: SuspectReason::RenewalFailing
+            }
+        );
+        assert_eq!(
+            st.check_time(t0 + ms(5_000)),
+            Some(LostReason::DeadlinePassed)
+        );
+        assert_eq!(
+            health.current(),
+            LeaseHealth::Lost {
+                reason: LostReason::DeadlinePassed
+            }
+        );
+    }
+
+    #[test]
+    fn a_rate_known_at_the_acquire_counts_the_first_deadline() {
+        let t0 = Instant::now();
+        let o = LeaseOptions::builder()
+            .ttl(ms(1_000))
+            .drift(ms(10))
+            .build()
+            .unwrap();
+        let st = state(1, o, t0);
+        st.learned(Some(ClockRate {
+            mid: 2.0,
+            high: 2.0,
+        }));
+        assert_eq!(st.effective_deadline(), t0 + ms(495));
+        assert!(st.health_now().is_suspect());
     }
 }

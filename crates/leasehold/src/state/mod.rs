@@ -179,23 +179,28 @@ impl StateMachine {
             });
         }
         let (t, idc, sc) = (&self.table, &self.id_column, &self.state_column);
+        // The identifiers in the SQL below were checked when the machine was built
+        // (`check_identifier`); values are bound.
         let affected = match (&self.version_column, expected_version) {
             (Some(vc), Some(v)) => tx
-                .fetch_i64(
+                .update_returning_i64(
                     &format!(
                         "UPDATE {t} SET {sc} = $1, {vc} = {vc} + 1 \
-                         WHERE {idc} = $2 AND {sc} = $3 AND {vc} = $4 RETURNING {vc}"
+                         WHERE {idc} = $2 AND {sc} = $3 AND {vc} = $4"
                     ),
+                    vc,
+                    &format!("SELECT {vc} FROM {t} WHERE {idc} = $2"),
                     &[Param::Text(to), id, Param::Text(from), Param::I64(v)],
                 )
                 .await?
                 .map(Some),
             (Some(vc), None) => tx
-                .fetch_i64(
+                .update_returning_i64(
                     &format!(
-                        "UPDATE {t} SET {sc} = $1, {vc} = {vc} + 1 \
-                         WHERE {idc} = $2 AND {sc} = $3 RETURNING {vc}"
+                        "UPDATE {t} SET {sc} = $1, {vc} = {vc} + 1 WHERE {idc} = $2 AND {sc} = $3"
                     ),
+                    vc,
+                    &format!("SELECT {vc} FROM {t} WHERE {idc} = $2"),
                     &[Param::Text(to), id, Param::Text(from)],
                 )
                 .await?
@@ -203,26 +208,40 @@ impl StateMachine {
             (None, _) => {
                 let n = tx
                     .execute(
-                        &format!("UPDATE {t} SET {sc} = $1 WHERE {idc} = $2 AND {sc} = $3"),
+                        sqlx::AssertSqlSafe(format!(
+                            "UPDATE {t} SET {sc} = $1 WHERE {idc} = $2 AND {sc} = $3"
+                        )),
                         &[Param::Text(to), id, Param::Text(from)],
                     )
                     .await?;
                 (n == 1).then_some(None)
             }
         };
-        if let Some(version) = affected {
-            return Ok(version);
+        match affected {
+            Some(version) => Ok(version),
+            None => Err(self.why_not(tx, id, from, expected_version).await?),
         }
-        // Nothing matched: find out why, for a precise error.
+    }
+
+    /// Nothing matched the transition's `UPDATE`: finds out why, for a precise error.
+    async fn why_not(
+        &self,
+        tx: &mut Tx,
+        id: Param<'_>,
+        from: &str,
+        expected_version: Option<i64>,
+    ) -> Result<Error> {
+        let (t, idc, sc) = (&self.table, &self.id_column, &self.state_column);
         let version_sql = self
             .version_column
             .as_deref()
             .map(|vc| format!(", {vc}"))
             .unwrap_or_default();
+        let sql = format!("SELECT {sc}{version_sql} FROM {t} WHERE {idc} = $1");
+        // Checked identifiers (`check_identifier`), the id bound.
+        let sql = tx.dialect().sql(sql);
         let row: Option<(String, Option<i64>)> = crate::with_conn!(tx, |c| {
-            let sql = format!("SELECT {sc}{version_sql} FROM {t} WHERE {idc} = $1");
-            let q = sqlx::query(&sql);
-            let q = bind_one(q, id);
+            let q = bind_one(sqlx::query(sql), id);
             match q.fetch_optional(c).await {
                 Ok(Some(r)) => {
                     use sqlx::Row;
@@ -239,18 +258,18 @@ impl StateMachine {
             }
         })?;
         let id_text = param_text(id);
-        match row {
-            None => Err(Error::NotFound {
+        Ok(match row {
+            None => Error::NotFound {
                 entity: "row",
                 id: format!("{t}.{idc} = {id_text}"),
-            }),
-            Some((state, _)) if state != from => Err(Error::TransitionRace {
+            },
+            Some((state, _)) if state != from => Error::TransitionRace {
                 entity: "row",
                 id: format!("{t}.{idc} = {id_text}"),
                 expected: format!("state {from}"),
                 actual: format!("state {state}"),
-            }),
-            Some((_, version)) => Err(Error::TransitionRace {
+            },
+            Some((_, version)) => Error::TransitionRace {
                 entity: "row",
                 id: format!("{t}.{idc} = {id_text}"),
                 expected: format!("version {}", expected_version.unwrap_or_default()),
@@ -258,16 +277,16 @@ impl StateMachine {
                     "version {}",
                     version.map(|v| v.to_string()).unwrap_or_default()
                 ),
-            }),
-        }
+            },
+        })
     }
 }
 
 /// Binds one [`Param`] to a query of either backend.
 fn bind_one<'q, DB>(
-    q: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+    q: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
     p: Param<'q>,
-) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
 where
     DB: sqlx::Database,
     i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
@@ -312,6 +331,7 @@ pub struct Stock {
 
 /// A successful decrement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Reservation {
     /// Id of the `leasehold_reservations` row written with it.
     pub id: i64,
@@ -354,18 +374,20 @@ impl Stock {
         }
         let (t, idc, qc) = (&self.table, &self.id_column, &self.quantity_column);
         let remaining = tx
-            .fetch_i64(
-                &format!(
-                    "UPDATE {t} SET {qc} = {qc} - $1 WHERE {idc} = $2 AND {qc} >= $1 RETURNING {qc}"
-                ),
+            .update_returning_i64(
+                &format!("UPDATE {t} SET {qc} = {qc} - $1 WHERE {idc} = $2 AND {qc} >= $1"),
+                qc,
+                &format!("SELECT {qc} FROM {t} WHERE {idc} = $2"),
                 &[Param::I64(quantity), id],
             )
             .await?;
         let id_text = param_text(id);
         let Some(remaining) = remaining else {
+            let available_sql = format!("SELECT {qc} FROM {t} WHERE {idc} = $1");
+            // Checked identifiers (`check_identifier`), the id bound.
+            let available_sql = tx.dialect().sql(available_sql);
             let available = crate::with_conn!(tx, |c| {
-                let sql = format!("SELECT {qc} FROM {t} WHERE {idc} = $1");
-                bind_one(sqlx::query(&sql), id)
+                bind_one(sqlx::query(available_sql), id)
                     .fetch_optional(c)
                     .await
                     .and_then(|row| {
@@ -387,10 +409,10 @@ impl Stock {
         };
         let now = tx.now_ms().await?;
         let reservation = tx
-            .fetch_i64(
+            .insert_returning_id(
                 "INSERT INTO leasehold_reservations \
                  (item_table, item_id, quantity, reference, created_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                 VALUES ($1, $2, $3, $4, $5)",
                 &[
                     Param::Text(t),
                     Param::Text(&id_text),
@@ -399,8 +421,7 @@ impl Stock {
                     Param::I64(now),
                 ],
             )
-            .await?
-            .unwrap_or_default();
+            .await?;
         Ok(Reservation {
             id: reservation,
             remaining,

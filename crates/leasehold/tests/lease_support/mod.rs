@@ -1,6 +1,8 @@
 //! Shared helpers for the lease integration tests: a private redis-server per test and short options.
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(feature = "mysql")]
+pub mod my;
 #[cfg(feature = "postgres")]
 pub mod pg;
 

@@ -61,7 +61,9 @@ impl Drop for PgSchema {
                 if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&base).await
                 {
                     let sql = format!("DROP SCHEMA IF EXISTS {name} CASCADE");
-                    let _ = sqlx::query(&sql).execute(&mut conn).await;
+                    let _ = sqlx::query(leasehold::sqlx::AssertSqlSafe(sql.as_str()))
+                        .execute(&mut conn)
+                        .await;
                 }
             });
         })

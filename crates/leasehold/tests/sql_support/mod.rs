@@ -1,5 +1,6 @@
-//! Real databases for the SQL tests: PostgreSQL in a schema of its own per test (so tests run in
-//! parallel without colliding), SQLite in a temporary file.
+//! Real databases for the SQL tests: PostgreSQL in a schema of its own per test, MariaDB/MySQL in a
+//! database of its own per test (so tests run in parallel without colliding), SQLite in a temporary
+//! file.
 #![allow(dead_code, unreachable_pub)]
 
 use leasehold::db::{Backend, Database};
@@ -9,6 +10,8 @@ pub struct TestDb {
     pub db: Database,
     /// PostgreSQL schema to drop at the end.
     schema: Option<String>,
+    /// MariaDB database to drop at the end.
+    mysql_database: Option<String>,
     /// Keeps the SQLite file alive.
     _dir: Option<tempfile::TempDir>,
     /// How to open a second, independent pool on the same database (as another process would).
@@ -37,13 +40,80 @@ impl TestDb {
                 .await
                 .unwrap();
             let mut tx = db.begin().await.unwrap();
-            tx.execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-                .await
-                .unwrap();
+            tx.execute(
+                leasehold::sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")),
+                &[],
+            )
+            .await
+            .unwrap();
             tx.commit().await.unwrap();
             db.close().await;
         }
+        if let Some(name) = self.mysql_database {
+            drop_mysql_database(&name).await;
+        }
     }
+}
+
+/// `base` (a MariaDB URL) pointing at database `name`.
+fn mysql_url_for(base: &str, name: &str) -> String {
+    let (head, query) = base.split_once('?').map_or((base, ""), |(h, q)| (h, q));
+    let root = head.rsplit_once('/').map_or(head, |(r, _)| r);
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{query}")
+    };
+    format!("{root}/{name}{query}")
+}
+
+async fn drop_mysql_database(name: &str) {
+    let db = Database::connect(&leasehold_testkit::mysql_url())
+        .await
+        .unwrap();
+    let mut tx = db.begin().await.unwrap();
+    tx.execute(
+        leasehold::sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name}")),
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    db.close().await;
+}
+
+pub async fn mysql_with(max_connections: u32) -> TestDb {
+    let name = format!("lh_test_{:016x}", rand::random::<u64>());
+    let admin = Database::connect(&leasehold_testkit::mysql_url())
+        .await
+        .expect("MariaDB must be reachable (LEASEHOLD_TEST_MYSQL_URL)");
+    let mut tx = admin.begin().await.unwrap();
+    tx.execute(
+        leasehold::sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")),
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    admin.close().await;
+    let url = mysql_url_for(&leasehold_testkit::mysql_url(), &name);
+    let db = Database::builder(&url)
+        .max_connections(max_connections)
+        .connect()
+        .await
+        .unwrap();
+    db.migrate().await.unwrap();
+    TestDb {
+        db,
+        schema: None,
+        mysql_database: Some(name),
+        _dir: None,
+        url,
+    }
+}
+
+pub async fn mysql() -> TestDb {
+    mysql_with(10).await
 }
 
 pub async fn postgres_with(max_connections: u32) -> TestDb {
@@ -58,6 +128,7 @@ pub async fn postgres_with(max_connections: u32) -> TestDb {
     TestDb {
         db,
         schema: Some(schema),
+        mysql_database: None,
         _dir: None,
         url: leasehold_testkit::postgres_url(),
     }
@@ -75,6 +146,7 @@ pub async fn sqlite() -> TestDb {
     TestDb {
         db,
         schema: None,
+        mysql_database: None,
         _dir: Some(dir),
         url,
     }
@@ -90,20 +162,45 @@ pub async fn each_backend() -> Vec<TestDb> {
     if Backend::Sqlite.is_compiled() {
         dbs.push(sqlite().await);
     }
+    if Backend::MySql.is_compiled() {
+        dbs.push(mysql().await);
+    }
     dbs
+}
+
+/// The tests' SQL for `backend`: MySQL keys cannot be `TEXT` (a key needs a length) and its casts
+/// say `SIGNED`, not `BIGINT`; everything else the tests write is shared.
+pub fn portable(backend: Backend, sql: &str) -> String {
+    if backend == Backend::MySql {
+        sql.replace("TEXT PRIMARY KEY", "VARCHAR(255) PRIMARY KEY")
+            .replace("AS BIGINT)", "AS SIGNED)")
+    } else {
+        sql.to_owned()
+    }
 }
 
 /// Creates a table with portable SQL.
 pub async fn exec(db: &Database, sql: &str) {
     let mut tx = db.begin().await.unwrap();
-    tx.execute(sql, &[]).await.unwrap();
+    tx.execute(
+        leasehold::sqlx::AssertSqlSafe(portable(db.backend(), sql)),
+        &[],
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
 }
 
 /// Reads one BIGINT with portable SQL.
 pub async fn scalar(db: &Database, sql: &str, params: &[leasehold::db::Param<'_>]) -> Option<i64> {
     let mut tx = db.begin().await.unwrap();
-    let v = tx.fetch_i64(sql, params).await.unwrap();
+    let v = tx
+        .fetch_i64(
+            leasehold::sqlx::AssertSqlSafe(portable(db.backend(), sql)),
+            params,
+        )
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     v
 }

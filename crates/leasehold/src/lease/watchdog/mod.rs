@@ -99,6 +99,9 @@ async fn run(
 ) {
     let mut schedule = Schedule::default();
     let (outcome_tx, mut outcomes) = mpsc::unbounded_channel::<(Instant, Vec<(u64, Renewed)>)>();
+    let look_every = store.look_every();
+    let mut next_look = look_every.map(|every| Instant::now() + every);
+    let looking = Arc::new(std::sync::atomic::AtomicBool::new(false));
     loop {
         let mut releases = Vec::new();
         tokio::select! {
@@ -120,12 +123,16 @@ async fn run(
                 }
             }
             Some((sent_at, batch)) = outcomes.recv() => {
-                let t = schedule.settle(sent_at, Instant::now(), batch);
+                let t = schedule.settle(sent_at, Instant::now(), store.clock_rate(), batch);
                 metrics::renewals("renewed", t.renewed);
                 metrics::renewals("not_ours", t.not_ours);
                 metrics::renewals("error", t.failed);
             }
             _ = sleep_until_opt(schedule.next_wake()) => {}
+            _ = sleep_until_opt(next_look) => {
+                next_look = look_every.map(|every| Instant::now() + every);
+                look_in_background(&store, &looking);
+            }
         }
         let due = schedule.due(Instant::now());
         if !due.is_empty() {
@@ -147,20 +154,46 @@ async fn run(
     // The client is gone: leases still held were dropped, and their releases were sent above.
 }
 
+/// Takes the store's slow look in a task of its own, unless the last one is still running.
+fn look_in_background(store: &Arc<dyn Store>, looking: &Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::Ordering;
+    if looking.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (store, looking) = (store.clone(), looking.clone());
+    tokio::spawn(async move {
+        store.look().await;
+        looking.store(false, Ordering::Release);
+    });
+}
+
 async fn renew(store: &dyn Store, due: &[Arc<LeaseState>], limit: Duration) -> Vec<(u64, Renewed)> {
     let held: Vec<Held<'_>> = due.iter().map(|s| s.held()).collect();
     let outcomes: Vec<Renewed> = match tokio::time::timeout(limit, store.renew(&held)).await {
-        Ok(Ok(per_item)) => per_item
-            .into_iter()
-            .map(|r| match r {
-                Ok(true) => Renewed::Yes,
-                Ok(false) => Renewed::NotOurs,
-                Err(e) => {
-                    tracing::debug!(error = %e, "renewal refused");
-                    Renewed::Failed
-                }
-            })
-            .collect(),
+        Ok(Ok(per_item)) => {
+            // Only when a lease was lost: ask the store why (a Redis that evicts looks at its
+            // nodes' evicted keys), once for the batch.
+            let mut reason = None;
+            if per_item.iter().any(|r| matches!(r, Ok(false))) {
+                let since = due
+                    .iter()
+                    .map(|s| s.acquired_at)
+                    .min()
+                    .unwrap_or_else(Instant::now);
+                reason = Some(store.lost_reason(since).await);
+            }
+            per_item
+                .into_iter()
+                .map(|r| match r {
+                    Ok(true) => Renewed::Yes,
+                    Ok(false) => Renewed::Lost(reason.unwrap_or(LostReason::NotOurs)),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "renewal refused");
+                        Renewed::Failed
+                    }
+                })
+                .collect()
+        }
         Ok(Err(e)) => {
             tracing::debug!(error = %e, n = due.len(), "renewal batch failed");
             vec![Renewed::Failed; due.len()]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LostReason;
+use crate::lease::clock::ClockRate;
 use crate::lease::state::LeaseState;
 
 /// One renewal's outcome, as the task reports it back.
@@ -21,8 +22,8 @@ use crate::lease::state::LeaseState;
 pub(crate) enum Renewed {
     /// The store reset the TTL.
     Yes,
-    /// The store no longer holds our token.
-    NotOurs,
+    /// The store no longer holds our token (with the reason the store gives).
+    Lost(LostReason),
     /// The request failed or timed out: try again soon.
     Failed,
 }
@@ -155,11 +156,14 @@ impl Schedule {
         }
     }
 
-    /// Applies the outcomes of renewals sent at `sent_at`; `now` is when they came back.
+    /// Applies the outcomes of renewals sent at `sent_at`; `now` is when they came back, `rate` what
+    /// the store's replies taught of its clock rate (the deadline and the next renewal are counted
+    /// at it).
     pub(crate) fn settle(
         &mut self,
         sent_at: Instant,
         now: Instant,
+        rate: Option<ClockRate>,
         outcomes: impl IntoIterator<Item = (u64, Renewed)>,
     ) -> Tally {
         let mut tally = Tally::default();
@@ -173,16 +177,17 @@ impl Schedule {
             match outcome {
                 Renewed::Yes => {
                     tally.renewed += 1;
-                    w.state.extend(sent_at);
-                    w.next_renew = every.map(|e| sent_at + e);
+                    w.state.extend(sent_at, rate);
+                    w.next_renew = every.map(|e| sent_at + w.state.renew_period(e, rate));
                 }
-                Renewed::NotOurs => {
+                Renewed::Lost(reason) => {
                     tally.not_ours += 1;
-                    w.state.fire(LostReason::NotOurs);
+                    w.state.fire(reason);
                     continue;
                 }
                 Renewed::Failed => {
                     tally.failed += 1;
+                    w.state.renewal_failed();
                     // Retry soon; the deadline fires the signal if retries keep failing.
                     let every = every.unwrap_or(Duration::from_secs(1));
                     w.next_renew = Some(now + (every / 4).max(Duration::from_millis(5)));
@@ -209,6 +214,7 @@ mod tests {
 
     use super::*;
     use crate::lease::options::LeaseOptions;
+    use crate::lease::signal::{LeaseHealth, SuspectReason};
     use crate::lease::state::tests::state;
 
     fn ms(n: u64) -> Duration {
@@ -245,7 +251,7 @@ mod tests {
         // In flight: not sent again, however often the task looks.
         tokio::time::advance(ms(200)).await;
         assert!(s.due(Instant::now()).is_empty());
-        let t = s.settle(sent, Instant::now(), [(1, Renewed::Yes)]);
+        let t = s.settle(sent, Instant::now(), None, [(1, Renewed::Yes)]);
         assert_eq!(t.renewed, 1);
         assert_eq!(st.validity_deadline(), sent + ms(890));
         assert_eq!(s.next_wake(), Some(sent + ms(300)));
@@ -274,16 +280,53 @@ mod tests {
     async fn a_failed_renewal_is_retried_at_a_quarter_period() {
         let t0 = Instant::now();
         let mut s = Schedule::default();
-        s.watch(Arc::new(state(1, opts(900, 300), t0)));
+        let st = Arc::new(state(1, opts(900, 300), t0));
+        s.watch(st.clone());
         tokio::time::advance(ms(300)).await;
         let sent = Instant::now();
         s.due(sent);
         tokio::time::advance(ms(20)).await;
-        let t = s.settle(sent, Instant::now(), [(1, Renewed::Failed)]);
+        let t = s.settle(sent, Instant::now(), None, [(1, Renewed::Failed)]);
         assert_eq!(t.failed, 1);
+        assert_eq!(
+            st.health_now(),
+            LeaseHealth::Suspect {
+                reason: SuspectReason::RenewalFailing
+            }
+        );
         assert_eq!(s.next_wake(), Some(t0 + ms(320 + 75)));
         tokio::time::advance(ms(75)).await;
+        let sent = Instant::now();
+        assert_eq!(s.due(sent).len(), 1);
+        // The retry gets through: held again.
+        s.settle(sent, sent, None, [(1, Renewed::Yes)]);
+        assert_eq!(st.health_now(), LeaseHealth::Held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fast_store_clock_brings_the_deadline_and_the_next_renewal_forward() {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        let st = Arc::new(state(1, opts(900, 300), t0));
+        s.watch(st.clone());
+        tokio::time::advance(ms(300)).await;
+        let sent = Instant::now();
+        s.due(sent);
+        let twice = ClockRate {
+            mid: 2.0,
+            high: 2.0,
+        };
+        s.settle(sent, sent, Some(twice), [(1, Renewed::Yes)]);
+        // By the store's clock: a 900 ms TTL (less drift) is 445 ms of ours, a 300 ms period 150.
+        assert_eq!(st.validity_deadline(), sent + ms(445));
+        assert_eq!(s.next_wake(), Some(sent + ms(150)));
+        assert!(st.health_now().is_suspect());
+        // The store stops answering: the loss comes at the store's TTL, not at twice it.
+        tokio::time::advance(ms(150)).await;
         assert_eq!(s.due(Instant::now()).len(), 1);
+        tokio::time::advance(ms(295)).await;
+        s.due(Instant::now());
+        assert_eq!(st.signal.reason(), Some(LostReason::DeadlinePassed));
     }
 
     #[tokio::test(start_paused = true)]
@@ -295,7 +338,7 @@ mod tests {
         tokio::time::advance(ms(300)).await;
         let sent = Instant::now();
         s.due(sent);
-        s.settle(sent, sent, [(1, Renewed::NotOurs)]);
+        s.settle(sent, sent, None, [(1, Renewed::Lost(LostReason::NotOurs))]);
         assert_eq!(st.signal.reason(), Some(LostReason::NotOurs));
         assert_eq!((s.len(), s.next_wake()), (0, None));
     }
@@ -330,7 +373,7 @@ mod tests {
         tokio::time::advance(ms(300)).await;
         let sent = Instant::now();
         s.due(sent);
-        s.settle(sent, sent, [(1, Renewed::Yes)]);
+        s.settle(sent, sent, None, [(1, Renewed::Yes)]);
         assert_eq!(s.next_wake(), Some(t0 + ms(500)));
         tokio::time::advance(ms(200)).await;
         assert!(s.due(Instant::now()).is_empty());

@@ -9,10 +9,20 @@ use std::time::Duration;
 
 use etcd_client::ConnectOptions;
 
-use super::members::Members;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use crate::error::{Error, Result};
+use etcd_client::GetOptions;
+
+use super::keepalive::KeepAlives;
+use super::members::Members;
+use super::retention::RetentionLease;
+use super::{keys, prefix_end, EtcdStore};
+
+use crate::error::{Error, Phase, Result};
 use crate::lease::store::Settings;
+use crate::url::StoreUrl;
 
 /// What the URL says.
 #[derive(Clone, PartialEq, Eq)]
@@ -40,21 +50,22 @@ const DEFAULT_PORT: u16 = 2379;
 
 const FORM: &str = "use etcd://[user:password@]host:port[,host:port…] (etcds://… for TLS)";
 
-fn bad(url: &str, why: impl std::fmt::Display) -> Error {
-    Error::invalid(
-        "etcd url",
-        format!("`{}` {why}; {FORM}", crate::url::redact(url)),
-    )
+/// Reads `etcd://[user:password@]host[:port][,host[:port]…][/]` and `etcds://…`.
+pub(super) fn parse(url: &StoreUrl) -> Result<Target> {
+    parse_text(url.expose(), url.redacted())
 }
 
-/// Parses `etcd://[user:password@]host[:port][,host[:port]…][/]` and `etcds://…`.
-pub(super) fn parse(url: &str) -> Result<Target> {
+/// [`parse`] on the URL's text; `shown` is its redacted form, for the messages.
+fn parse_text(url: &str, shown: &str) -> Result<Target> {
+    let bad = |why: &dyn std::fmt::Display| {
+        Error::invalid("etcd url", format!("`{shown}` {why}; {FORM}"))
+    };
     let (tls, rest) = if let Some(r) = url.strip_prefix("etcd://") {
         (false, r)
     } else if let Some(r) = url.strip_prefix("etcds://") {
         (true, r)
     } else {
-        return Err(bad(url, "does not start with etcd:// or etcds://"));
+        return Err(bad(&"does not start with etcd:// or etcds://"));
     };
     let (userinfo, hosts) = match rest.rfind('@') {
         Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
@@ -62,30 +73,29 @@ pub(super) fn parse(url: &str) -> Result<Target> {
     };
     let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
     if let Some(c) = hosts.chars().find(|c| matches!(c, '/' | '?' | '#')) {
-        return Err(bad(
-            url,
-            format!("has {c:?} after the hosts; an etcd URL has no path, query or fragment"),
-        ));
+        return Err(bad(&format!(
+            "has {c:?} after the hosts; an etcd URL has no path, query or fragment"
+        )));
     }
     let user = match userinfo {
         None => None,
         Some(info) => {
             let Some((user, password)) = info.split_once(':') else {
-                return Err(bad(url, "names a user without a password"));
+                return Err(bad(&"names a user without a password"));
             };
             if user.is_empty() {
-                return Err(bad(url, "has a password without a user name"));
+                return Err(bad(&"has a password without a user name"));
             }
             Some((percent_decode(user), percent_decode(password)))
         }
     };
     if hosts.is_empty() {
-        return Err(bad(url, "names no host"));
+        return Err(bad(&"names no host"));
     }
     let scheme = if tls { "https" } else { "http" };
     let mut endpoints = Vec::new();
     for host in hosts.split(',') {
-        let (name, port) = split_host_port(host).map_err(|why| bad(url, why))?;
+        let (name, port) = split_host_port(host).map_err(|why| bad(&why))?;
         endpoints.push(format!("{scheme}://{name}:{port}"));
     }
     Ok(Target {
@@ -162,8 +172,7 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// The members of `target`, with the connection settings (nothing is sent yet).
-pub(super) fn members(url: &str, target: &Target, settings: &Settings) -> Result<Members> {
-    let location = crate::url::redact(url);
+pub(super) fn members(location: &str, target: &Target, settings: &Settings) -> Result<Members> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(settings.connect_timeout)
         // A member that stops answering (paused, cut off) is noticed by HTTP/2 pings even while no
@@ -200,8 +209,9 @@ pub(super) fn members(url: &str, target: &Target, settings: &Settings) -> Result
 }
 
 /// A connect-time failure of the member at `endpoint`, told apart: a refused or unreachable port is
-/// the store being down ([`Error::Etcd`], exit 69); an answer that is not etcd's, or a TLS mismatch,
-/// is a wrong URL ([`Error::Invalid`], exit 2).
+/// the store being down ([`Error::Store`], exit 69); refused credentials are
+/// [`Error::Unauthorized`] (exit 77); an answer that is not etcd's, or a TLS mismatch, is a wrong
+/// URL ([`Error::Invalid`], exit 2).
 pub(super) fn connect_error(location: &str, endpoint: &str, e: etcd_client::Error) -> Error {
     // At connect, a connection that opened and was then closed without an HTTP/2 answer is a
     // server that does not speak gRPC (an HTTP/1 server, or a TLS port spoken to in plain text);
@@ -213,6 +223,15 @@ pub(super) fn connect_error(location: &str, endpoint: &str, e: etcd_client::Erro
             .any(|s| text.contains(s))
             .then(|| super::errors::describe(&e))
     };
+    if super::errors::is_credentials_refused(&e) {
+        return Error::Unauthorized {
+            phase: crate::Phase::Connect,
+            store: location.to_owned(),
+            detail: super::errors::describe(&e),
+            fix: "give an etcd user and its password in the URL (etcd://user:password@host:port)"
+                .to_owned(),
+        };
+    }
     match super::errors::not_etcd(&e).or_else(closed_unanswered) {
         Some(what) => Error::invalid(
             "etcd url",
@@ -222,16 +241,99 @@ pub(super) fn connect_error(location: &str, endpoint: &str, e: etcd_client::Erro
                  and use etcds:// if the members serve TLS or etcd:// if they do not"
             ),
         ),
-        None => Error::Etcd {
-            phase: crate::Phase::Connect,
-            source: e,
-        },
+        None => super::errors::from_etcd(crate::Phase::Connect, e),
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the members the URL names (`etcd://[user:password@]host:port[,…]`, `etcds://`
+    /// for TLS) and asks the cluster once, so that a cluster without a leader, wrong credentials, or a
+    /// port that is not etcd is an error now rather than at the first acquire.
+    pub(crate) async fn connect(url: &StoreUrl, settings: Settings) -> Result<Self> {
+        let target = parse(url)?;
+        let location: Arc<str> = url.redacted().into();
+        let members = Arc::new(members(&location, &target, &settings)?);
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let store = EtcdStore {
+            keepalives: Arc::new(KeepAlives::new(members.clone(), round_trips.clone())),
+            members,
+            prefix: settings.prefix.into(),
+            round_trips,
+            response_timeout: settings.response_timeout,
+            connect_timeout: settings.connect_timeout,
+            location,
+            queued: Arc::new(Mutex::new(HashMap::new())),
+            records: Arc::new(RetentionLease::new(settings.retention)),
+        };
+        store.probe().await?;
+        tracing::debug!(url = %store.location, prefix = %store.prefix, "etcd lease store connected");
+        Ok(store)
+    }
+
+    /// Asks every member for a count of this prefix's keys, all at once: one answer is enough to go
+    /// on (the others may be down), but a member that answers as something other than etcd is a
+    /// wrong URL even when the others are fine. Requests then start at a member that answered.
+    pub(super) async fn probe(&self) -> Result<()> {
+        let start = keys::names_start(&self.prefix);
+        let options = GetOptions::new()
+            .with_range(prefix_end(start.as_bytes()))
+            .with_count_only();
+        let limit = self.limit();
+        let asks = (0..self.members.len()).map(|i| {
+            let (start, options) = (start.clone(), options.clone());
+            async move {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let ask = async {
+                    let mut client = self.members.client(i).await?;
+                    client.get(start, Some(options)).await
+                };
+                (i, tokio::time::timeout(limit, ask).await)
+            }
+        });
+        let answers = futures::future::join_all(asks).await;
+        let mut failure = None;
+        let mut answered = None;
+        for (i, answer) in answers {
+            let endpoint = self.members.endpoint(i);
+            match answer {
+                Ok(Ok(_)) => answered = answered.or(Some(i)),
+                Ok(Err(e)) => {
+                    let e = connect_error(&self.location, endpoint, e);
+                    let wrong = matches!(e, Error::Invalid { .. });
+                    if wrong || failure.is_none() {
+                        failure = Some(e);
+                    }
+                    if wrong {
+                        break;
+                    }
+                }
+                Err(_) => {
+                    failure = failure.or(Some(Error::Timeout {
+                        phase: Phase::Connect,
+                        after: limit,
+                    }))
+                }
+            }
+        }
+        match (answered, failure) {
+            (_, Some(e @ Error::Invalid { .. })) => Err(e),
+            (Some(i), _) => {
+                self.members.use_member(i);
+                Ok(())
+            }
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(Error::invalid("etcd url", "it names no member")),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(url: &str) -> Result<Target> {
+        parse_text(url, &crate::url::redact(url))
+    }
 
     #[test]
     fn urls_name_members_credentials_and_tls() {

@@ -1,5 +1,47 @@
 //! What an etcd client error means: its full text, whether trying again may help, whether the other
-//! end is not etcd at all, and whether the request never left. A leaf: `crate::error` asks it too.
+//! end is not etcd at all, and whether the request never left; and the crate's [`Error::Store`] it
+//! becomes.
+//!
+//! Limit: gRPC status codes are read as etcd documents them; a proxy that rewrites them misleads it.
+
+use crate::error::{Error, Phase, StoreFailure};
+use crate::lease::store::StoreKind;
+
+/// An etcd client error as the source of an [`Error::Store`]: shown with [`describe`] (the causes a
+/// transport error hides in its source chain, without the gRPC metadata).
+#[derive(Debug)]
+pub(crate) struct EtcdError(pub(crate) etcd_client::Error);
+
+impl std::fmt::Display for EtcdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&describe(&self.0))
+    }
+}
+
+impl std::error::Error for EtcdError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// An etcd client error during `phase` as the crate's error: a request that never left or a member
+/// that is down is unreachable, a leader election or a broken stream transient (both retryable, the
+/// store unavailable), anything else the store failing us.
+pub(crate) fn from_etcd(phase: Phase, e: etcd_client::Error) -> Error {
+    let kind = if is_transient(&e) && never_sent(&e) {
+        StoreFailure::Unreachable
+    } else if is_transient(&e) {
+        StoreFailure::Transient
+    } else {
+        StoreFailure::Failing
+    };
+    Error::store(phase, StoreKind::ETCD, kind, EtcdError(e))
+}
+
+/// The etcd client error inside a store error, if it is one.
+pub(crate) fn driver(e: &Error) -> Option<&etcd_client::Error> {
+    e.store_source::<EtcdError>().map(|e| &e.0)
+}
 
 /// The message of an etcd error, without the gRPC metadata the driver's own message carries, with
 /// the causes a transport error hides in its source chain.
@@ -80,4 +122,21 @@ pub(crate) fn not_etcd(e: &etcd_client::Error) -> Option<String> {
         .iter()
         .find(|s| text.contains(**s))
         .map(|_| describe(e))
+}
+
+/// Whether etcd refused our credentials: a wrong user or password ("authentication failed"), a
+/// cluster with authentication on and no user in the URL ("user name is empty"), or a status of
+/// `Unauthenticated`. A permission the user lacks is not this.
+pub(crate) fn is_credentials_refused(e: &etcd_client::Error) -> bool {
+    let etcd_client::Error::GRpcStatus(s) = e else {
+        return false;
+    };
+    s.code() == tonic::Code::Unauthenticated
+        || [
+            "authentication failed",
+            "user name is empty",
+            "invalid auth token",
+        ]
+        .iter()
+        .any(|m| s.message().contains(m))
 }

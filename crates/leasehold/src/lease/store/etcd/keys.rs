@@ -6,6 +6,8 @@
 //! * `P/{N}`: the record of the last fence issued for the name (its mod revision), so that `status`
 //!   still shows the last fence after the holder left; attached to the writing client's retention
 //!   lease (`retention.rs`), so that it goes the retention after its last write.
+//! * `P/{N}#note`: a note the holder wrote beside the lease (an election's leader record), on the
+//!   same retention lease; outside the queue's range, and not a name to `list`.
 //!
 //! Braces are refused in names and prefixes, so `P/{N}/` is never a prefix of another name's keys
 //! (it would need a name starting with `N}/`), and one range read sees one name's queue only.
@@ -17,6 +19,8 @@ pub(crate) struct EtcdKeys {
     pub(crate) record: String,
     /// Prefix of the contenders' keys (`record` + `/`); what status shows as the key.
     pub(crate) queue: String,
+    /// The holder's note (`record` + `#note`).
+    pub(crate) note: String,
 }
 
 impl EtcdKeys {
@@ -24,7 +28,12 @@ impl EtcdKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
         let record = format!("{prefix}/{{{name}}}");
         let queue = format!("{record}/");
-        EtcdKeys { record, queue }
+        let note = format!("{record}#note");
+        EtcdKeys {
+            record,
+            queue,
+            note,
+        }
     }
 
     /// The key of the contender holding `token`.
@@ -168,6 +177,10 @@ mod tests {
         assert_eq!(name_of(&start, &k.contender("ab")), Some("orders/eu"));
         assert_eq!(name_of(&start, "leasehold/{x}junk"), None);
         assert_eq!(name_of(&start, "other/{x}"), None);
+        // The note is neither in the queue's range nor a name of its own.
+        assert_eq!(k.note, "leasehold/{orders/eu}#note");
+        assert!(!k.note.starts_with(&k.queue));
+        assert_eq!(name_of(&start, &k.note), None);
     }
 
     #[test]

@@ -24,12 +24,13 @@
 
 mod connect;
 pub(crate) mod errors;
+mod inspect;
 mod keepalive;
 mod keys;
 mod members;
 mod retention;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +38,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use self::errors::{is_transient, never_sent};
+use self::errors::{driver, from_etcd, is_transient, never_sent};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, GetResponse, KeyValue, LeaseGrantOptions, PutOptions,
     SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
@@ -49,9 +50,7 @@ use self::keepalive::KeepAlives;
 use self::keys::EtcdKeys;
 use self::members::Members;
 use self::retention::RetentionLease;
-use super::{
-    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
-};
+use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 
@@ -170,20 +169,17 @@ fn is_lease_not_found(e: &etcd_client::Error) -> bool {
 }
 
 /// A reply without what etcd always sends.
-fn bad_reply(what: &str) -> Error {
-    Error::Etcd {
-        phase: Phase::Inspect,
-        source: etcd_client::Error::Internal(format!("etcd sent a reply without {what}")),
-    }
+fn bad_reply_in(phase: Phase, what: &str) -> Error {
+    from_etcd(
+        phase,
+        etcd_client::Error::Internal(format!("etcd sent a reply without {what}")),
+    )
 }
 
 fn revision_of(resp: &TxnResponse, phase: Phase) -> Result<i64> {
     resp.header()
         .map(|h| h.revision())
-        .ok_or_else(|| match bad_reply("a header") {
-            Error::Etcd { source, .. } => Error::Etcd { phase, source },
-            other => other,
-        })
+        .ok_or_else(|| bad_reply_in(phase, "a header"))
 }
 
 /// The key-values of the `i`-th read of a transaction.
@@ -195,86 +191,6 @@ fn kvs_of(ops: &[TxnOpResponse], i: usize) -> &[KeyValue] {
 }
 
 impl EtcdStore {
-    /// Connects to the members the URL names (`etcd://[user:password@]host:port[,…]`, `etcds://`
-    /// for TLS) and asks the cluster once, so that a cluster without a leader, wrong credentials, or a
-    /// port that is not etcd is an error now rather than at the first acquire.
-    pub(crate) async fn connect(url: &str, settings: Settings) -> Result<Self> {
-        let target = connect::parse(url)?;
-        let location: Arc<str> = crate::url::redact(url).into();
-        let members = Arc::new(connect::members(url, &target, &settings)?);
-        let round_trips = Arc::new(AtomicU64::new(0));
-        let store = EtcdStore {
-            keepalives: Arc::new(KeepAlives::new(members.clone(), round_trips.clone())),
-            members,
-            prefix: settings.prefix.into(),
-            round_trips,
-            response_timeout: settings.response_timeout,
-            connect_timeout: settings.connect_timeout,
-            location,
-            queued: Arc::new(Mutex::new(HashMap::new())),
-            records: Arc::new(RetentionLease::new(settings.retention)),
-        };
-        store.probe().await?;
-        tracing::debug!(url = %store.location, prefix = %store.prefix, "etcd lease store connected");
-        Ok(store)
-    }
-
-    /// Asks every member for a count of this prefix's keys, all at once: one answer is enough to go
-    /// on (the others may be down), but a member that answers as something other than etcd is a
-    /// wrong URL even when the others are fine. Requests then start at a member that answered.
-    async fn probe(&self) -> Result<()> {
-        let start = keys::names_start(&self.prefix);
-        let options = GetOptions::new()
-            .with_range(prefix_end(start.as_bytes()))
-            .with_count_only();
-        let limit = self.limit();
-        let asks = (0..self.members.len()).map(|i| {
-            let (start, options) = (start.clone(), options.clone());
-            async move {
-                self.round_trips.fetch_add(1, Ordering::Relaxed);
-                let ask = async {
-                    let mut client = self.members.client(i).await?;
-                    client.get(start, Some(options)).await
-                };
-                (i, tokio::time::timeout(limit, ask).await)
-            }
-        });
-        let answers = futures::future::join_all(asks).await;
-        let mut failure = None;
-        let mut answered = None;
-        for (i, answer) in answers {
-            let endpoint = self.members.endpoint(i);
-            match answer {
-                Ok(Ok(_)) => answered = answered.or(Some(i)),
-                Ok(Err(e)) => {
-                    let e = connect::connect_error(&self.location, endpoint, e);
-                    let wrong = matches!(e, Error::Invalid { .. });
-                    if wrong || failure.is_none() {
-                        failure = Some(e);
-                    }
-                    if wrong {
-                        break;
-                    }
-                }
-                Err(_) => {
-                    failure = failure.or(Some(Error::Timeout {
-                        phase: Phase::Connect,
-                        after: limit,
-                    }))
-                }
-            }
-        }
-        match (answered, failure) {
-            (_, Some(e @ Error::Invalid { .. })) => Err(e),
-            (Some(i), _) => {
-                self.members.use_member(i);
-                Ok(())
-            }
-            (None, Some(e)) => Err(e),
-            (None, None) => Err(Error::invalid("etcd url", "it names no member")),
-        }
-    }
-
     fn keys(&self, name: &str) -> EtcdKeys {
         EtcdKeys::new(&self.prefix, name)
     }
@@ -284,7 +200,7 @@ impl EtcdStore {
         self.response_timeout + self.connect_timeout
     }
 
-    /// One request to the current member, counted and bounded; a failure is [`Error::Etcd`] for
+    /// One request to the current member, counted and bounded; a failure is [`Error::Store`] for
     /// `phase`. A request that provably never reached the member (the connection was refused) goes
     /// to the next member at once; one that failed or timed out there moves later requests on to
     /// the next member, and is not sent again (it may have been executed).
@@ -312,7 +228,7 @@ impl EtcdStore {
                     if is_transient(&e) {
                         self.members.skip(i);
                     }
-                    return Err(Error::Etcd { phase, source: e });
+                    return Err(from_etcd(phase, e));
                 }
                 Err(_) => {
                     self.members.skip(i);
@@ -323,12 +239,12 @@ impl EtcdStore {
                 }
             }
         }
-        Err(Error::Etcd {
+        Err(from_etcd(
             phase,
-            source: refused.unwrap_or_else(|| {
+            refused.unwrap_or_else(|| {
                 etcd_client::Error::InvalidArgs("the URL names no member".to_owned())
             }),
-        })
+        ))
     }
 
     async fn txn(&self, phase: Phase, txn: Txn) -> Result<TxnResponse> {
@@ -338,7 +254,7 @@ impl EtcdStore {
                 async move { c.txn(txn).await }
             })
             .await;
-        if let Err(Error::Etcd { source, .. }) = &r {
+        if let Some(source) = r.as_ref().err().and_then(driver) {
             if is_lease_not_found(source) {
                 // Perhaps the records' lease (a cluster restored from an older snapshot): the next
                 // write grants a new one.
@@ -351,6 +267,13 @@ impl EtcdStore {
     /// A put of the name's fence record, attached to the current retention lease, so that the
     /// record of a name no longer used goes after the retention.
     async fn put_record(&self, keys: &EtcdKeys, value: &str, phase: Phase) -> Result<TxnOp> {
+        self.put_kept(keys.record.clone(), value.as_bytes().to_vec(), phase)
+            .await
+    }
+
+    /// A put of `key` attached to the current retention lease: it goes the retention after its last
+    /// write.
+    async fn put_kept(&self, key: String, value: Vec<u8>, phase: Phase) -> Result<TxnOp> {
         let ttl = self.records.ttl_s();
         let lease = self
             .records
@@ -361,7 +284,7 @@ impl EtcdStore {
             })
             .await?;
         Ok(TxnOp::put(
-            keys.record.clone(),
+            key,
             value,
             Some(PutOptions::new().with_lease(lease)),
         ))
@@ -388,7 +311,7 @@ impl EtcdStore {
         let limit = self.limit();
         match tokio::time::timeout(limit, self.keepalives.renew(ids)).await {
             Ok(Ok(alive)) => Ok(alive),
-            Ok(Err(source)) => Err(Error::Etcd { phase, source }),
+            Ok(Err(source)) => Err(from_etcd(phase, source)),
             Err(_) => {
                 // The stream may be stuck on a member that stopped answering: open another.
                 self.keepalives.reset().await;
@@ -416,8 +339,9 @@ impl EtcdStore {
                 .await
             {
                 Ok(granted) => return Ok((since, granted.ttl())),
-                Err(Error::Etcd { source, .. })
-                    if !retried && grpc_says(&source, "lease already exists") =>
+                Err(e)
+                    if !retried
+                        && driver(&e).is_some_and(|s| grpc_says(s, "lease already exists")) =>
                 {
                     // An earlier attempt of this acquire granted it and its answer was lost: start
                     // afresh, so that the TTL counts from this attempt.
@@ -436,7 +360,7 @@ impl EtcdStore {
             .await
         {
             Ok(_) => Ok(true),
-            Err(Error::Etcd { source, .. }) if is_lease_not_found(&source) => Ok(false),
+            Err(e) if driver(&e).is_some_and(is_lease_not_found) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -597,19 +521,16 @@ impl EtcdStore {
     ) -> Result<bool> {
         let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let mut stream = self.watch(ahead.clone(), options).await?;
-        let ended = || Error::Etcd {
-            phase: Phase::Wait,
-            source: etcd_client::Error::WatchError("etcd ended the watch".to_owned()),
+        let ended = || {
+            from_etcd(
+                Phase::Wait,
+                etcd_client::Error::WatchError("etcd ended the watch".to_owned()),
+            )
         };
         let created = match tokio::time::timeout(self.limit(), stream.message()).await {
             Ok(Ok(Some(created))) => created,
             Ok(Ok(None)) => return Err(ended()),
-            Ok(Err(source)) => {
-                return Err(Error::Etcd {
-                    phase: Phase::Wait,
-                    source,
-                })
-            }
+            Ok(Err(source)) => return Err(from_etcd(Phase::Wait, source)),
             Err(_) => {
                 return Err(Error::Timeout {
                     phase: Phase::Wait,
@@ -634,7 +555,7 @@ impl EtcdStore {
         loop {
             tokio::select! {
                 msg = stream.message() => {
-                    let msg = msg.map_err(|source| Error::Etcd { phase: Phase::Wait, source })?;
+                    let msg = msg.map_err(|source| from_etcd(Phase::Wait, source))?;
                     let Some(resp) = msg else {
                         return Err(ended());
                     };
@@ -667,68 +588,17 @@ impl EtcdStore {
         let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
         Ok((resp.take_kvs().into_iter().next(), rev))
     }
+}
 
-    async fn inspect_names(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
-        let mut out = Vec::with_capacity(names.len());
-        for chunk in names.chunks(INSPECT_CHUNK) {
-            let mut ops = Vec::with_capacity(chunk.len() * 2);
-            for name in chunk {
-                let k = self.keys(name);
-                let first = GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, SortOrder::Ascend)
-                    .with_limit(1)
-                    .with_keys_only();
-                ops.push(TxnOp::get(
-                    k.record,
-                    Some(GetOptions::new().with_keys_only()),
-                ));
-                ops.push(TxnOp::get(k.queue, Some(first)));
-            }
-            let resp = self.txn(Phase::Inspect, Txn::new().and_then(ops)).await?;
-            let replies = resp.op_responses();
-            let mut owners = Vec::new();
-            for (i, name) in chunk.iter().enumerate() {
-                let record = kvs_of(&replies, 2 * i).first();
-                let owner = kvs_of(&replies, 2 * i + 1).first();
-                owners.push(owner.map(|kv| kv.lease()).unwrap_or(0));
-                out.push(LeaseInfo {
-                    name: (*name).to_owned(),
-                    key: self.keys(name).queue,
-                    held: owner.is_some(),
-                    ttl_ms: None,
-                    fence: record
-                        .and_then(|kv| u64::try_from(kv.mod_revision()).ok())
-                        .map(Fence::new),
-                    ..LeaseInfo::free(name, String::new())
-                });
-            }
-            let first = out.len() - chunk.len();
-            let ttls = futures::future::join_all(owners.iter().map(|&lease| async move {
-                if lease == 0 {
-                    return Ok(None);
-                }
-                let r = self
-                    .call(Phase::Inspect, |mut c| async move {
-                        c.lease_time_to_live(lease, None).await
-                    })
-                    .await?;
-                // Whole seconds, rounded down by etcd; -1 once expired.
-                Ok::<_, Error>(u64::try_from(r.ttl()).ok().map(|s| s * 1000))
-            }))
-            .await;
-            for (info, ttl) in out[first..].iter_mut().zip(ttls) {
-                info.ttl_ms = ttl?;
-            }
-        }
-        Ok(out)
-    }
+impl StoreKind {
+    /// An etcd cluster (`etcd://`, `etcds://`).
+    pub const ETCD: StoreKind = StoreKind::new("etcd");
 }
 
 #[async_trait]
 impl Store for EtcdStore {
     fn kind(&self) -> StoreKind {
-        StoreKind::Etcd
+        StoreKind::ETCD
     }
 
     fn location(&self) -> &str {
@@ -945,7 +815,7 @@ impl Store for EtcdStore {
                         evicted = true;
                         after = r.header().map(|h| h.revision()).unwrap_or(read_at);
                     }
-                    Err(Error::Etcd { source, .. }) if is_lease_not_found(&source) => {}
+                    Err(e) if driver(&e).is_some_and(is_lease_not_found) => {}
                     Err(e) => return Err(e),
                 }
             } else {
@@ -981,42 +851,41 @@ impl Store for EtcdStore {
         })
     }
 
+    /// One transaction: the note is written if the fence record names our token (we were the
+    /// last to become the owner) and our contender key still exists (our etcd lease lives).
+    async fn write_note(&self, held: &Held<'_>, note: &[u8]) -> Result<bool> {
+        let keys = self.keys(held.name);
+        let put = self
+            .put_kept(keys.note.clone(), note.to_vec(), Phase::Note)
+            .await?;
+        let txn = Txn::new()
+            .when([
+                Compare::value(keys.record.clone(), CompareOp::Equal, held.token),
+                Compare::version(keys.contender(held.token), CompareOp::Greater, 0),
+            ])
+            .and_then([put]);
+        Ok(self.txn(Phase::Note, txn).await?.succeeded())
+    }
+
+    async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let keys = self.keys(name);
+        let mut resp = self
+            .get(Phase::Inspect, keys.note.into_bytes(), GetOptions::new())
+            .await?;
+        Ok(resp
+            .take_kvs()
+            .into_iter()
+            .next()
+            .map(|kv| kv.value().to_vec()))
+    }
+
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
         self.inspect_names(names).await
     }
 
     /// Reads the keys under the prefix in pages (keys only), then inspects the names that match.
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
-        let start = keys::names_start(&self.prefix);
-        let end = prefix_end(start.as_bytes());
-        let mut names = BTreeSet::new();
-        let mut from = start.as_bytes().to_vec();
-        loop {
-            let page = GetOptions::new()
-                .with_range(end.clone())
-                .with_keys_only()
-                .with_limit(LIST_PAGE);
-            let resp = self.get(Phase::Inspect, from.clone(), page).await?;
-            for kv in resp.kvs() {
-                let Ok(key) = kv.key_str() else { continue };
-                if let Some(name) = keys::name_of(&start, key) {
-                    if crate::lease::names::validate_name(name).is_ok()
-                        && keys::glob_match(pattern, name)
-                    {
-                        names.insert(name.to_owned());
-                    }
-                }
-            }
-            match resp.kvs().last() {
-                Some(last) if resp.more() => {
-                    from = last.key().to_vec();
-                    from.push(0);
-                }
-                _ => break,
-            }
-        }
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        self.inspect_names(&names).await
+        self.list_names(pattern).await
     }
 }
 

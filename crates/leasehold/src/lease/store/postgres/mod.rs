@@ -19,28 +19,29 @@
 //! expressions).
 
 mod conn;
+mod connect;
+mod errors;
 mod glob;
+mod inspect;
 mod listen;
 mod statements;
 mod sweep;
 
 use std::collections::HashSet;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::QueryAs;
 use sqlx::{FromRow, Postgres};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::conn::Conns;
+use self::errors::{from_sqlx, pg_error};
 use self::listen::Listener;
-use super::{
-    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
-};
+use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 
@@ -96,53 +97,13 @@ impl Drop for PostgresStore {
     }
 }
 
-/// What went wrong talking to PostgreSQL during `phase`, in the caller's terms: leasehold's table
-/// missing (or from an older version) is a mistake to fix, named with the fix; anything else keeps
-/// the driver's error.
-fn pg_error(phase: Phase, location: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
-    move |e| {
-        let code = match &e {
-            sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
-            _ => None,
-        };
-        match code.as_deref() {
-            // undefined_table (also a missing sequence), undefined_column (an older schema).
-            Some("42P01") | Some("42703") => missing_tables(location, &e.to_string()),
-            // invalid_password, invalid_authorization_specification, invalid_catalog_name (no such
-            // database): the URL is wrong, not the server down.
-            Some("28P01") | Some("28000") | Some("3D000") if phase == Phase::Connect => {
-                Error::invalid(
-                    "store url",
-                    format!(
-                        "PostgreSQL at `{location}` refused the connection ({e}); check the user, \
-                         password and database in the URL"
-                    ),
-                )
-            }
-            _ => Error::Postgres { phase, source: e },
-        }
-    }
-}
-
-fn missing_tables(location: &str, detail: &str) -> Error {
-    Error::invalid(
-        "database schema",
-        format!(
-            "the lease table `{TABLE}` or its fence sequence is missing or out of date in the \
-             database at `{location}` ({detail}); create them once with \
-             `leasehold migrate --store <the same URL>` or by calling \
-             `leasehold::db::Database::migrate()`"
-        ),
-    )
-}
-
 fn fence_of(phase: Phase, value: i64) -> Result<Fence> {
-    u64::try_from(value)
-        .map(Fence::new)
-        .map_err(|_| Error::Postgres {
+    u64::try_from(value).map(Fence::new).map_err(|_| {
+        from_sqlx(
             phase,
-            source: sqlx::Error::Protocol(format!("a lease statement returned fence {value}")),
-        })
+            sqlx::Error::Protocol(format!("a lease statement returned fence {value}")),
+        )
+    })
 }
 
 fn remaining(ms: Option<i64>) -> Option<Duration> {
@@ -151,129 +112,8 @@ fn remaining(ms: Option<i64>) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
-fn info(prefix: &str, row: statements::InfoRow) -> LeaseInfo {
-    let (name, held, remaining_ms, fence) = row;
-    LeaseInfo {
-        held,
-        ttl_ms: remaining_ms.and_then(|m| u64::try_from(m).ok()),
-        fence: fence.and_then(|f| u64::try_from(f).ok()).map(Fence::new),
-        ..LeaseInfo::free(&name, key(prefix, &name))
-    }
-}
-
 fn key(prefix: &str, name: &str) -> String {
     format!("{TABLE}[prefix={prefix}, name={name}]")
-}
-
-impl PostgresStore {
-    /// Connects and checks the schema once. A malformed URL, a database refusing the credentials
-    /// or missing leasehold's tables, a fence sequence with a cache are [`Error::Invalid`] naming
-    /// the fix; an unreachable server is [`Error::Postgres`] or [`Error::Timeout`] with
-    /// [`Phase::Connect`].
-    ///
-    /// The store does not create its tables: a lock client should not need the right to change the
-    /// schema, nor change it as a side effect of a job starting; `leasehold migrate` (or
-    /// `Database::migrate()`) does, once.
-    pub(crate) async fn connect(url: &str, settings: Settings) -> Result<Self> {
-        let location: Arc<str> = crate::url::redact(url).into();
-        if settings.tls_root_ca_pem.is_some() {
-            return Err(Error::invalid(
-                "tls root certificate",
-                format!(
-                    "it applies to Redis; for PostgreSQL put `sslmode=verify-full&sslrootcert=PATH` \
-                     in the URL (`{location}`)"
-                ),
-            ));
-        }
-        if settings.prefix.len() > MAX_PREFIX_LEN {
-            return Err(Error::invalid(
-                "key prefix",
-                format!(
-                    "it is {} bytes long; the PostgreSQL store accepts at most {MAX_PREFIX_LEN}",
-                    settings.prefix.len()
-                ),
-            ));
-        }
-        let mut options = PgConnectOptions::from_str(url).map_err(|e| {
-            Error::invalid(
-                "postgres url",
-                format!(
-                    "`{location}` was refused ({}); use postgres://user[:password]@host[:port]/database",
-                    crate::url::redact(&e.to_string())
-                ),
-            )
-        })?;
-        if options.get_application_name().is_none() {
-            options = options.application_name("leasehold");
-        }
-        let (connect_timeout, response_timeout) =
-            (settings.connect_timeout, settings.response_timeout);
-        let conns = Conns::new(options.clone(), connect_timeout);
-
-        // Fail fast and clearly on an unreachable server, bad credentials or a database that was
-        // never migrated; the connection then serves the first call.
-        let mut conn = conns.open().await.map_err(|e| match e {
-            sqlx::Error::PoolTimedOut => Error::Timeout {
-                phase: Phase::Connect,
-                after: connect_timeout,
-            },
-            e => pg_error(Phase::Connect, &location)(e),
-        })?;
-        let probe =
-            tokio::time::timeout(response_timeout, statements::probe().fetch_one(&mut conn))
-                .await
-                .map_err(|_| Error::Timeout {
-                    phase: Phase::Connect,
-                    after: response_timeout,
-                })?
-                .map_err(pg_error(Phase::Connect, &location))?;
-        match probe {
-            (false, _, _) | (_, None, _) => {
-                return Err(missing_tables(
-                    &location,
-                    "not found on the connection's search_path",
-                ))
-            }
-            (_, Some(cache), _) if cache != 1 => {
-                return Err(Error::invalid(
-                    "database schema",
-                    format!(
-                        "the fence sequence `leasehold_lease_fence` caches {cache} values per \
-                         session, so fences could go backwards; run \
-                         `ALTER SEQUENCE leasehold_lease_fence CACHE 1`"
-                    ),
-                ))
-            }
-            (_, _, fsync) if fsync == "off" => tracing::warn!(
-                url = %location,
-                "PostgreSQL runs with fsync off: a crash can lose committed leases and issue a fence again"
-            ),
-            _ => {}
-        }
-        conns.put(conn);
-
-        let prefix: Arc<str> = settings.prefix.into();
-        let retention = settings.retention;
-        let sweeper = CancellationToken::new();
-        sweep::spawn(
-            options.clone(),
-            retention,
-            (response_timeout * 10).max(Duration::from_secs(10)),
-            sweeper.clone(),
-        );
-        tracing::debug!(url = %location, prefix = %prefix, "postgres lease store connected");
-        Ok(PostgresStore {
-            listener: Listener::new(options, prefix.clone(), connect_timeout),
-            core: Arc::new(Core {
-                conns,
-                prefix,
-                response_timeout,
-                connect_timeout,
-                location,
-            }),
-            sweeper,
-        })
-    }
 }
 
 impl Core {
@@ -389,27 +229,17 @@ impl Core {
         }
         Ok(out)
     }
+}
 
-    async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
-        let mut out = Vec::with_capacity(names.len());
-        for chunk in names.chunks(INSPECT_CHUNK) {
-            let owned: Vec<String> = chunk.iter().map(|n| (*n).to_owned()).collect();
-            let prefix = self.prefix.to_string();
-            let rows = self
-                .fetch_all(Phase::Inspect, || {
-                    statements::inspect(prefix.clone(), owned.clone())
-                })
-                .await?;
-            out.extend(rows.into_iter().map(|r| info(&self.prefix, r)));
-        }
-        Ok(out)
-    }
+impl StoreKind {
+    /// A table in a PostgreSQL database (`postgres://`, `postgresql://`).
+    pub const POSTGRES: StoreKind = StoreKind::new("postgres");
 }
 
 #[async_trait]
 impl Store for PostgresStore {
     fn kind(&self) -> StoreKind {
-        StoreKind::Postgres
+        StoreKind::POSTGRES
     }
 
     fn location(&self) -> &str {
@@ -510,14 +340,39 @@ impl Store for PostgresStore {
                 statements::force_release(prefix.clone(), name.clone())
             })
             .await?;
-        let &(evicted, fence, _) = rows.first().ok_or_else(|| Error::Postgres {
-            phase: Phase::Release,
-            source: sqlx::Error::RowNotFound,
-        })?;
+        let &(evicted, fence, _) = rows
+            .first()
+            .ok_or_else(|| from_sqlx(Phase::Release, sqlx::Error::RowNotFound))?;
         Ok(ForcedRelease {
             evicted,
             fence: fence_of(Phase::Release, fence)?,
         })
+    }
+
+    async fn write_note(&self, held: &Held<'_>, note: &[u8]) -> Result<bool> {
+        let (prefix, name, token) = (
+            self.core.prefix.to_string(),
+            held.name.to_owned(),
+            held.token.to_owned(),
+        );
+        let rows = self
+            .core
+            .fetch_all(Phase::Note, || {
+                statements::write_note(prefix.clone(), name.clone(), token.clone(), note.to_vec())
+            })
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let (prefix, name) = (self.core.prefix.to_string(), name.to_owned());
+        let rows = self
+            .core
+            .fetch_all(Phase::Inspect, || {
+                statements::read_note(prefix.clone(), name.clone())
+            })
+            .await?;
+        Ok(rows.into_iter().next().and_then(|(note,)| note))
     }
 
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
@@ -527,17 +382,6 @@ impl Store for PostgresStore {
     /// Every name under the prefix with a row (held, or idle within the retention) whose name
     /// matches the glob.
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
-        let (prefix, regex) = (self.core.prefix.to_string(), glob::to_regex(pattern));
-        let rows = self
-            .core
-            .fetch_all(Phase::Inspect, || {
-                statements::list(prefix.clone(), regex.clone())
-            })
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| info(&self.core.prefix, r))
-            .filter(|i| crate::lease::names::validate_name(&i.name).is_ok())
-            .collect())
+        self.core.list(pattern).await
     }
 }

@@ -38,6 +38,8 @@ const INSPECT: &str = include_str!("sql/inspect.sql");
 const LIST: &str = include_str!("sql/list.sql");
 const SWEEP: &str = include_str!("sql/sweep.sql");
 const PROBE: &str = include_str!("sql/probe.sql");
+const WRITE_NOTE: &str = include_str!("sql/write_note.sql");
+const READ_NOTE: &str = include_str!("sql/read_note.sql");
 
 /// A statement ready to send; it owns its parameters, so it can be built again for a retry.
 type Statement<R> = QueryAs<'static, Postgres, R, PgArguments>;
@@ -117,6 +119,25 @@ pub(super) fn force_release(prefix: String, name: String) -> Statement<ForcedRow
         .bind(CHANNEL)
 }
 
+/// write_note.sql: put `note` in the row of `name` if `token` holds it; one row when written.
+pub(super) fn write_note(
+    prefix: String,
+    name: String,
+    token: String,
+    note: Vec<u8>,
+) -> Statement<(String,)> {
+    sqlx::query_as(WRITE_NOTE)
+        .bind(prefix)
+        .bind(name)
+        .bind(token)
+        .bind(note)
+}
+
+/// read_note.sql: the note of `name` (`None` in the row: none written).
+pub(super) fn read_note(prefix: String, name: String) -> Statement<(Option<Vec<u8>>,)> {
+    sqlx::query_as(READ_NOTE).bind(prefix).bind(name)
+}
+
 /// inspect.sql's and list.sql's reply: `(name, held, remaining_ms, fence)`.
 pub(super) type InfoRow = (String, bool, Option<i64>, Option<i64>);
 
@@ -194,10 +215,13 @@ mod tests {
         }
 
         async fn drop_now(self, mut conn: PgConnection) {
-            sqlx::query(&format!("DROP SCHEMA {} CASCADE", self.name))
-                .execute(&mut conn)
-                .await
-                .unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA {} CASCADE",
+                self.name
+            )))
+            .execute(&mut conn)
+            .await
+            .unwrap();
         }
     }
 

@@ -117,7 +117,7 @@ fn next_step(v: &Value) -> Next {
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly,
         ) => Next::Retry,
-        _ if crate::error::is_slot_moving(&e) => Next::Retry,
+        _ if super::errors::is_slot_moving(&e) => Next::Retry,
         _ => Next::Done,
     }
 }
@@ -176,6 +176,7 @@ impl ClusterConn {
             }),
         };
         let mut failures = Vec::new();
+        let mut refused = None;
         for seed in conn.inner.url.seeds.clone() {
             match conn.slots_from(&seed).await {
                 Ok(map) if map.ranges.is_empty() => {
@@ -203,13 +204,29 @@ impl ClusterConn {
                         ),
                     ))
                 }
-                Err(e) => failures.push(format!("{seed}: {e}")),
+                Err(e) => {
+                    failures.push(format!("{seed}: {e}"));
+                    if super::errors::is_credentials_refused(&e) {
+                        refused.get_or_insert((seed, e));
+                    }
+                }
             }
         }
-        Err(Error::Redis {
-            phase: Phase::Connect,
-            source: io_error("no cluster seed node answered", failures.join("; ")),
-        })
+        // No seed answered; one refused our credentials: that, not an outage, is what to fix.
+        if let Some((seed, e)) = refused {
+            return Err(super::errors::refused_credentials(
+                Phase::Connect,
+                &format!("cluster node {seed}"),
+                &e,
+                "give the user and password every cluster node expects in the URL \
+                 (redis-cluster://user:password@host:port,host:port, or :password@ for the \
+                 default user)",
+            ));
+        }
+        Err(super::errors::from_redis(
+            Phase::Connect,
+            io_error("no cluster seed node answered", failures.join("; ")),
+        ))
     }
 
     /// The masters serving slots now, `host:port`.
@@ -747,6 +764,7 @@ mod tests {
                 connect_timeout: SEC,
                 tls_root_ca_pem: None,
                 retention: crate::lease::store::DEFAULT_RETENTION,
+                allow_eviction: false,
             }
         }
 
@@ -770,7 +788,11 @@ mod tests {
         async fn every_script_run_twice_on_each_master_has_the_effect_of_running_once() {
             let cluster = start();
             let super::super::super::topology::Topology::Cluster(url) =
-                super::super::super::topology::parse(&cluster.seed_url(), None).unwrap()
+                super::super::super::topology::parse(
+                    &crate::url::StoreUrl::parse(&cluster.seed_url()).unwrap(),
+                    None,
+                )
+                .unwrap()
             else {
                 panic!("a cluster URL")
             };
@@ -859,9 +881,12 @@ mod tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn a_batch_of_renewals_is_one_pipeline_per_master() {
             let cluster = start();
-            let store = RedisStore::connect(&cluster.seed_url(), settings())
-                .await
-                .unwrap();
+            let store = RedisStore::connect(
+                &crate::url::StoreUrl::parse(&cluster.seed_url()).unwrap(),
+                settings(),
+            )
+            .await
+            .unwrap();
             let opts = LeaseOptions::with_ttl(30 * SEC).unwrap();
             let names: Vec<String> = (0..90).map(|i| format!("batch-{i}")).collect();
             let tokens: Vec<String> = (0..90).map(|i| format!("{i:032x}")).collect();

@@ -123,6 +123,30 @@ impl Shared {
         }
         Ok(out)
     }
+
+    /// Each data node with its name for messages: `location` for a single server, the primary's
+    /// address for Sentinel, each master's address for a cluster.
+    pub(crate) async fn masters_named(&self, location: &str) -> RedisResult<Vec<(String, Shared)>> {
+        match &self.con {
+            Route::Cluster(cluster) => {
+                let mut out = Vec::new();
+                for addr in cluster.masters() {
+                    let con = cluster.node(&addr).await?;
+                    let con = Counted {
+                        con: Route::Node(con),
+                        count: self.count.clone(),
+                    };
+                    out.push((addr, con));
+                }
+                Ok(out)
+            }
+            Route::Sentinel(s) => Ok(vec![(
+                format!("{} (the Sentinel primary)", s.primary_addr().await?),
+                self.clone(),
+            )]),
+            _ => Ok(vec![(location.to_owned(), self.clone())]),
+        }
+    }
 }
 
 /// How the dedicated connections find the node a key lives on.

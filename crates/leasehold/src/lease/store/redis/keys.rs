@@ -38,6 +38,9 @@ pub struct LeaseKeys {
     pub holders: String,
     /// The fence of each of a semaphore's holders (a hash by token).
     pub held: String,
+    /// A note its holder wrote beside the lock (an election's leader record), kept for the
+    /// retention after its last write.
+    pub note: String,
 }
 
 impl LeaseKeys {
@@ -77,6 +80,7 @@ impl LeaseKeys {
             permits: format!("{tag}:permits"),
             holders: format!("{tag}:holders"),
             held: format!("{tag}:held"),
+            note: format!("{tag}:note"),
         }
     }
 }
@@ -90,6 +94,10 @@ pub(crate) fn lock_key(prefix: &str, name: &str) -> String {
 pub(crate) fn wake_key(prefix: &str, name: &str, token: &str) -> String {
     format!("{{{prefix}:{name}}}:wake:{token}")
 }
+
+/// Escapes glob metacharacters so that `SCAN MATCH` matches a prefix or name literally (the Redis
+/// store's and Redlock's `list`).
+pub(crate) use crate::lease::names::glob_escape;
 
 #[cfg(test)]
 mod tests {
@@ -107,6 +115,7 @@ mod tests {
         assert_eq!(k.wake("ab"), "{leasehold:orders}:wake:ab");
         assert_eq!(k.released_permit("ab"), "{leasehold:orders}:released:ab");
         assert_eq!(k.holders, "{leasehold:orders}:holders");
+        assert_eq!(k.note, "{leasehold:orders}:note");
         assert_eq!(k.lock, lock_key("leasehold", "orders"));
         assert_eq!(k.wake("ab"), wake_key("leasehold", "orders", "ab"));
     }

@@ -27,15 +27,17 @@
 
 mod cluster;
 pub(super) mod conn;
+mod connect;
+pub(crate) mod errors;
+pub(crate) mod health;
+mod inspect;
 pub mod keys;
-mod node;
+pub(super) mod node;
 mod scripts;
 mod sentinel;
 mod standalone;
 mod topology;
 
-use std::collections::BTreeSet;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,18 +45,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use self::cluster::ClusterConn;
-use self::conn::{BlockingPool, Counted, Dedicated, Nodes, Route, Shared};
+use self::conn::{BlockingPool, Dedicated, Shared};
+use self::errors::{redis_error, within};
 use self::keys::LeaseKeys;
 use self::scripts::{AcquireReply, Ask, HandOver, Tuning};
-use self::sentinel::SentinelConn;
-use self::topology::Topology;
-use super::{
-    Attempt, ForcedRelease, Grant, Held, HolderInfo, LeaseInfo, Request, Settings, Store,
-    StoreKind, Turn,
-};
-use crate::error::{Error, Phase, Result};
+use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
+use crate::error::{Error, LostReason, Phase, Result};
 use crate::fence::Fence;
+use crate::lease::clock::{ClockRate, ClockWatch};
 use crate::lease::{metrics, ReplicaPolicy};
 
 /// Most scripts sent in one pipeline; a larger batch goes out as several pipelines in a row, so the
@@ -80,7 +78,18 @@ pub(crate) struct RedisStore {
     tuning: Tuning,
     /// The URL without its password.
     location: Arc<str>,
+    /// A Redis that may evict lease keys is accepted (`LeaseClientBuilder::allow_eviction`).
+    allow_eviction: bool,
+    /// What the last look at the data nodes found (policy, evicted keys), kept between looks.
+    watch: Arc<health::Watch>,
+    /// The server's clock rate against ours, from the server time in acquire and renewal replies:
+    /// one server only (`redis://`), where every reply comes from one clock; `None` for Sentinel
+    /// and Cluster, whose replies may come from several.
+    clock: Option<Arc<ClockWatch>>,
 }
+
+/// How often the renewal task looks at the data nodes' role and memory policy.
+pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,33 +98,6 @@ impl std::fmt::Debug for RedisStore {
             .field("prefix", &self.prefix)
             .field("round_trips", &self.round_trips.load(Ordering::Relaxed))
             .finish_non_exhaustive()
-    }
-}
-
-/// Escapes Redis glob metacharacters.
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// `fut` with a time bound; running out of time is [`Error::Timeout`] for `phase`.
-async fn within<T>(
-    phase: Phase,
-    limit: Duration,
-    fut: impl Future<Output = redis::RedisResult<T>>,
-) -> Result<T> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(r) => r.map_err(Error::redis(phase)),
-        Err(_) => Err(Error::Timeout {
-            phase,
-            after: limit,
-        }),
     }
 }
 
@@ -136,87 +118,6 @@ fn handed_since(sent: Instant, received: Instant, queued_us: i64, handed_us: i64
 }
 
 impl RedisStore {
-    /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
-    /// A malformed URL is [`Error::Invalid`]; an unreachable server, missing or wrong credentials are
-    /// [`Error::Redis`] or [`Error::Timeout`] with [`Phase::Connect`] (the server is asked `PING`).
-    pub(crate) async fn connect(url: &str, settings: Settings) -> Result<Self> {
-        let location = crate::url::redact(url);
-        let round_trips = Arc::new(AtomicU64::new(0));
-        let (connect_timeout, response_timeout, retention) = (
-            settings.connect_timeout,
-            settings.response_timeout,
-            settings.retention,
-        );
-        let topology = topology::parse(url, settings.tls_root_ca_pem.as_deref())?;
-        if url.starts_with("rediss") {
-            // rustls needs one process-wide crypto provider; an application may have installed its
-            // own already, which is fine.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let mut first_dedicated = None;
-        let (shared, blocking) = match topology {
-            Topology::Standalone => {
-                let (shared, nodes, mut probe) =
-                    standalone::connect(url, &location, &settings, round_trips.clone()).await?;
-                // The server's script cache is shared by every connection: load it once here, so
-                // that the first pipelined acquire + BLPOP is not answered NOSCRIPT (its BLPOP would
-                // block for nothing before the retry). A dedicated connection made later, perhaps
-                // after a restart, loads again.
-                within(
-                    Phase::Connect,
-                    response_timeout,
-                    scripts::load_all(&mut probe),
-                )
-                .await?;
-                round_trips.fetch_add(1, Ordering::Relaxed);
-                first_dedicated = Some(probe);
-                (shared, nodes)
-            }
-            Topology::Sentinel(sentinel) => {
-                let conn = SentinelConn::connect(
-                    sentinel,
-                    connect_timeout,
-                    response_timeout,
-                    round_trips.clone(),
-                )
-                .await?;
-                (Route::Sentinel(conn.clone()), Nodes::Sentinel(conn))
-            }
-            Topology::Cluster(cluster) => {
-                let conn = ClusterConn::connect(
-                    cluster,
-                    connect_timeout,
-                    response_timeout,
-                    round_trips.clone(),
-                )
-                .await?;
-                (Route::Cluster(conn.clone()), Nodes::Cluster(conn))
-            }
-        };
-        let blocking = Arc::new(BlockingPool::new(
-            blocking,
-            connect_timeout,
-            round_trips.clone(),
-        ));
-        if let Some(probe) = first_dedicated {
-            blocking.put_idle(String::new(), probe);
-        }
-        tracing::debug!(url = %location, prefix = %settings.prefix, "redis lease store connected");
-        Ok(RedisStore {
-            shared: Counted {
-                con: shared,
-                count: round_trips.clone(),
-            },
-            blocking,
-            prefix: settings.prefix.into(),
-            round_trips,
-            response_timeout,
-            connect_timeout,
-            tuning: Tuning::with_retention(retention),
-            location: location.into(),
-        })
-    }
-
     fn keys(&self, name: &str) -> LeaseKeys {
         LeaseKeys::for_checked(&self.prefix, name)
     }
@@ -239,7 +140,7 @@ impl RedisStore {
             .blocking
             .get_for(key)
             .await
-            .map_err(Error::redis(phase))?;
+            .map_err(redis_error(phase))?;
         if con.is_fresh() {
             within(phase, self.response_timeout, scripts::load_all(&mut con)).await?;
         }
@@ -308,12 +209,12 @@ impl RedisStore {
         self.blocking.put(con);
         let mut replies = replies.into_iter();
         let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))
-            .map_err(Error::redis(Phase::Acquire))?;
+            .map_err(redis_error(Phase::Acquire))?;
         let acked: i64 = replies
             .next()
             .unwrap_or(Ok(redis::Value::Int(0)))
             .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
-            .map_err(Error::redis(Phase::Replicate))?;
+            .map_err(redis_error(Phase::Replicate))?;
         let grant = match reply {
             AcquireReply::Busy { pttl_ms, .. } => {
                 return Ok(Attempt::Busy {
@@ -374,6 +275,53 @@ impl RedisStore {
         }
     }
 
+    /// `r`, with a key of the wrong type that Redis did not name (`WRONGTYPE`) named.
+    async fn named<T>(&self, name: &str, r: Result<T>) -> Result<T> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.explain(name, e).await),
+        }
+    }
+
+    /// For a `WRONGTYPE` error: asks check.lua which key of `name` is not leasehold's (a read, only
+    /// after such an error) and names it; any other error as it is.
+    async fn explain(&self, name: &str, e: Error) -> Error {
+        if !errors::is_unnamed_foreign_key(&e) {
+            return e;
+        }
+        let mut con = self.shared.clone();
+        let inv = scripts::check(&self.lock_key(name));
+        match within(
+            Phase::Inspect,
+            self.limit(),
+            scripts::invoke(&mut con, &inv),
+        )
+        .await
+        {
+            Ok(v) => match scripts::foreign_of(v) {
+                Ok(Some((key, found))) => errors::foreign_key(&key, &found),
+                _ => e,
+            },
+            Err(_) => e,
+        }
+    }
+
+    /// `INFO` on every data node, with each node's name.
+    async fn look_at_nodes(&self, phase: Phase) -> Result<Vec<(String, health::NodeFacts)>> {
+        let nodes = within(
+            phase,
+            self.limit(),
+            self.shared.masters_named(&self.location),
+        )
+        .await?;
+        let mut out = Vec::with_capacity(nodes.len());
+        for (name, mut con) in nodes {
+            let facts = within(phase, self.limit(), health::facts(&mut con)).await?;
+            out.push((name, facts));
+        }
+        Ok(out)
+    }
+
     /// Sends one script per item in pipelines of at most [`CHUNK`]; per item the 0/1 flag.
     async fn flags(
         &self,
@@ -392,7 +340,7 @@ impl RedisStore {
             out.extend(
                 replies
                     .into_iter()
-                    .map(|v| scripts::flag(v).map_err(Error::redis(phase))),
+                    .map(|v| scripts::flag(v).map_err(redis_error(phase))),
             );
         }
         Ok(out)
@@ -403,109 +351,24 @@ impl RedisStore {
         let op = super::new_token();
         let inv = scripts::force_release(&self.lock_key(name), &op, holder, &self.tuning);
         let mut con = self.shared.clone();
-        let (evicted, fence): (i64, i64) = within(
-            Phase::Release,
-            self.limit(),
-            scripts::invoke(&mut con, &inv),
-        )
-        .await?;
+        let (evicted, fence): (i64, i64) = self
+            .named(
+                name,
+                within(
+                    Phase::Release,
+                    self.limit(),
+                    scripts::invoke(&mut con, &inv),
+                )
+                .await,
+            )
+            .await?;
         let fence = u64::try_from(fence).map_err(|_| {
-            Error::redis(Phase::Release)(scripts::bad_reply("force_release", "negative fence"))
+            redis_error(Phase::Release)(scripts::bad_reply("force_release", "negative fence"))
         })?;
         Ok(ForcedRelease {
             evicted: evicted == 1,
             fence: Fence::new(fence),
         })
-    }
-
-    /// Reads each name's lock, fence, queue length and semaphore holders in one pipeline per 200
-    /// names (with the server's time, to tell live permits from expired ones). Only reads.
-    async fn inspect_keys(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
-        /// Commands per name in the pipeline below.
-        const PER_NAME: usize = 7;
-        let mut out = Vec::with_capacity(names.len());
-        let bad = |e: redis::RedisError| Error::redis(Phase::Inspect)(e);
-        for chunk in names.chunks(200) {
-            let keys: Vec<LeaseKeys> = chunk.iter().map(|n| self.keys(n)).collect();
-            let mut pipe = redis::pipe();
-            pipe.cmd("TIME");
-            for k in &keys {
-                pipe.cmd("PTTL")
-                    .arg(&k.lock)
-                    .cmd("GET")
-                    .arg(&k.lock)
-                    .cmd("GET")
-                    .arg(&k.fence)
-                    .cmd("ZCARD")
-                    .arg(&k.queue)
-                    .cmd("GET")
-                    .arg(&k.permits)
-                    .cmd("ZRANGE")
-                    .arg(&k.holders)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .cmd("HGETALL")
-                    .arg(&k.held);
-            }
-            let mut con = self.shared.clone();
-            let values: Vec<redis::Value> =
-                within(Phase::Inspect, self.limit(), pipe.query_async(&mut con)).await?;
-            if values.len() != 1 + PER_NAME * keys.len() {
-                return Err(bad(scripts::bad_reply("inspect", "short pipeline reply")));
-            }
-            let mut it = values.into_iter();
-            let (secs, micros): (i64, i64) =
-                redis::from_redis_value(it.next().unwrap_or(redis::Value::Nil))
-                    .map_err(|e| bad(e.into()))?;
-            let now_ms = secs * 1000 + micros / 1000;
-            for (name, keys) in chunk.iter().zip(keys) {
-                let mut next = || it.next().unwrap_or(redis::Value::Nil);
-                let pttl: i64 = redis::from_redis_value(next()).map_err(|e| bad(e.into()))?;
-                let token: Option<String> =
-                    redis::from_redis_value(next()).map_err(|e| bad(e.into()))?;
-                let fence: Option<String> =
-                    redis::from_redis_value(next()).map_err(|e| bad(e.into()))?;
-                let waiting: u64 = redis::from_redis_value(next()).map_err(|e| bad(e.into()))?;
-                let permits: Option<u32> =
-                    redis::from_redis_value(next()).map_err(|e| bad(e.into()))?;
-                let by_expiry: Vec<(String, f64)> =
-                    redis::from_redis_value(next()).map_err(|e| bad(e.into()))?;
-                let fences: std::collections::HashMap<String, u64> =
-                    redis::from_redis_value(next()).map_err(|e| bad(e.into()))?;
-                let mut info = LeaseInfo::free(name, keys.lock);
-                info.fence = fence.and_then(|f| f.parse().ok());
-                info.waiting = waiting;
-                match (token, permits) {
-                    (Some(token), _) => {
-                        info.ttl_ms = u64::try_from(pttl).ok();
-                        info.holders.push(HolderInfo {
-                            token,
-                            ttl_ms: info.ttl_ms,
-                            fence: None,
-                        });
-                    }
-                    (None, Some(n)) if n > 1 => {
-                        info.permits = n;
-                        info.holders = by_expiry
-                            .into_iter()
-                            .map(|(token, until)| (token, until as i64))
-                            .filter(|(_, until)| *until > now_ms)
-                            .map(|(token, until)| HolderInfo {
-                                fence: fences.get(&token).copied().map(Fence::new),
-                                ttl_ms: u64::try_from(until - now_ms).ok(),
-                                token,
-                            })
-                            .collect();
-                        info.ttl_ms = info.holders.first().and_then(|h| h.ttl_ms);
-                    }
-                    (None, _) => {}
-                }
-                info.held = !info.holders.is_empty();
-                out.push(info);
-            }
-        }
-        Ok(out)
     }
 }
 
@@ -546,16 +409,25 @@ fn permits_in_use(req: &Request<'_>, in_use: u32) -> Error {
 /// acquire.lua says the caller gave up on this token: it abandoned the request and then went on with
 /// it, which the client never does.
 fn given_up() -> Error {
-    Error::redis(Phase::Acquire)(scripts::bad_reply(
+    redis_error(Phase::Acquire)(scripts::bad_reply(
         "acquire",
         "this acquire was already given up (abandoned); start a new one",
     ))
 }
 
+impl StoreKind {
+    /// Redis: one server (`redis://`, `rediss://`), a primary found through Sentinel
+    /// (`redis-sentinel://`, `rediss-sentinel://`) or a Redis Cluster (`redis-cluster://`,
+    /// `rediss-cluster://`). One kind for all three: the keys, scripts, fence rule and interop with
+    /// other `SET NX PX` locks are the same; only where requests go differs. The topology shows in
+    /// the store's [`location`](crate::LeaseClient::location) (its URL's scheme).
+    pub const REDIS: StoreKind = StoreKind::new("redis");
+}
+
 #[async_trait]
 impl Store for RedisStore {
     fn kind(&self) -> StoreKind {
-        StoreKind::Redis
+        StoreKind::REDIS
     }
 
     fn location(&self) -> &str {
@@ -574,10 +446,45 @@ impl Store for RedisStore {
         self.lock_key(name)
     }
 
+    fn look_every(&self) -> Option<Duration> {
+        Some(LOOK_EVERY)
+    }
+
+    /// `INFO` on every data node: a node that started evicting (without the opt-in) is logged as
+    /// an error and refuses new acquisitions until it is fixed; evicted keys counted since the last
+    /// look go to the metrics.
+    async fn look(&self) {
+        match self.look_at_nodes(Phase::Inspect).await {
+            Ok(looked) => {
+                let evicted = self.watch.observe(&looked, self.allow_eviction);
+                if evicted > 0 {
+                    metrics::evicted_keys(evicted);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "looking at the Redis data nodes failed"),
+        }
+    }
+
+    /// Evicted: the key is gone and the nodes evicted keys since `since` (a look is taken now).
+    async fn lost_reason(&self, since: Instant) -> LostReason {
+        if !self.watch.evicting() {
+            return LostReason::NotOurs;
+        }
+        self.look().await;
+        if self.watch.evicted_since(since) {
+            LostReason::Evicted
+        } else {
+            LostReason::NotOurs
+        }
+    }
+
     /// One round trip (the script; with a replica wait, `WAIT` rides in the same pipeline). Sent on
     /// the shared connection, so an abandon sent after it on the same connection reaches Redis after
     /// it. Never queues: a caller that waits goes through [`Store::acquire_or_wait`].
     async fn acquire(&self, req: &Request<'_>) -> Result<Attempt> {
+        if let Some(refused) = self.watch.refusal() {
+            return Err(refused);
+        }
         if let Some(replicas) = req.opts.replicas {
             return self.acquire_replicated(req, replicas).await;
         }
@@ -590,13 +497,19 @@ impl Store for RedisStore {
             &self.tuning,
         );
         let mut con = self.shared.clone();
-        let reply: redis::Value = within(
+        let reply = within(
             Phase::Acquire,
             self.limit(),
             scripts::invoke(&mut con, &inv),
         )
-        .await?;
-        match AcquireReply::from_value(Ok(reply)).map_err(Error::redis(Phase::Acquire))? {
+        .await;
+        let received = Instant::now();
+        let reply = AcquireReply::from_value(Ok(self.named(req.name, reply).await?))
+            .map_err(redis_error(Phase::Acquire))?;
+        if let (Some(clock), Some(at)) = (&self.clock, reply.server_us()) {
+            clock.sample(sent_at, received, at);
+        }
+        match reply {
             AcquireReply::Taken { fence, ttl_ms, .. } => Ok(Attempt::Taken(Grant {
                 fence: Fence::new(fence),
                 since: sent_at,
@@ -618,6 +531,9 @@ impl Store for RedisStore {
     /// or when the block ends (busy: the next call refreshes our place). With a replica wait, `WAIT`
     /// follows on the same connection once the lease is ours.
     async fn acquire_or_wait(&self, req: &Request<'_>, block: Duration) -> Result<Attempt> {
+        if let Some(refused) = self.watch.refusal() {
+            return Err(refused);
+        }
         let block = block
             .min(self.tuning.wait_refresh)
             .max(Duration::from_millis(1));
@@ -647,12 +563,23 @@ impl Store for RedisStore {
         let received = Instant::now();
         let mut replies = replies.into_iter();
         let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))
-            .map_err(Error::redis(Phase::Acquire))?;
+            .map_err(redis_error(Phase::Acquire));
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                self.blocking.put(con);
+                return Err(self.explain(req.name, e).await);
+            }
+        };
         let popped: Option<(String, String)> = replies
             .next()
             .unwrap_or(Ok(redis::Value::Nil))
             .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
-            .map_err(Error::redis(Phase::Wait))?;
+            .map_err(redis_error(Phase::Wait))?;
+        if let (Some(clock), AcquireReply::Taken { server_us, .. }) = (&self.clock, reply) {
+            // Taken: the BLPOP after it returned at once, so the round trip is a fair sample.
+            clock.sample(sent, received, server_us);
+        }
         let grant = match reply {
             AcquireReply::Taken { fence, ttl_ms, .. } => Grant {
                 fence: Fence::new(fence),
@@ -673,7 +600,7 @@ impl Store for RedisStore {
                     });
                 }
                 Some((_, grant)) => {
-                    let h = HandOver::parse(&grant).map_err(Error::redis(Phase::Wait))?;
+                    let h = HandOver::parse(&grant).map_err(redis_error(Phase::Wait))?;
                     tracing::trace!(lease = req.name, fence = h.fence, "handed over");
                     Grant {
                         fence: Fence::new(h.fence),
@@ -734,12 +661,43 @@ impl Store for RedisStore {
         Ok(())
     }
 
+    /// renew.lua (sem_renew.lua for a permit) for each lease, pipelined; the server's time in each
+    /// reply teaches the store's clock rate (one server only).
     async fn renew(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
-        let invs = held
+        let invs: Vec<_> = held
             .iter()
             .map(|h| scripts::renew(&self.lock_key(h.name), h.token, h.opts.ttl, h.opts.permits))
             .collect();
-        self.flags(Phase::Renew, invs).await
+        let mut out = Vec::with_capacity(invs.len());
+        for chunk in invs.chunks(CHUNK) {
+            let mut con = self.shared.clone();
+            let sent = Instant::now();
+            let replies = within(
+                Phase::Renew,
+                self.limit(),
+                scripts::pipeline(&mut con, chunk, None),
+            )
+            .await?;
+            let received = Instant::now();
+            let mut latest = None;
+            for v in replies {
+                out.push(match scripts::renewed(v) {
+                    Ok((ours, at)) => {
+                        latest = at.max(latest);
+                        Ok(ours)
+                    }
+                    Err(e) => Err(redis_error(Phase::Renew)(e)),
+                });
+            }
+            if let (Some(clock), Some(at)) = (&self.clock, latest) {
+                clock.sample(sent, received, at);
+            }
+        }
+        Ok(out)
+    }
+
+    fn clock_rate(&self) -> Option<ClockRate> {
+        self.clock.as_ref()?.rate()
     }
 
     async fn release(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
@@ -765,6 +723,36 @@ impl Store for RedisStore {
         self.forced_release(name, Some(token)).await
     }
 
+    /// note.lua: compare the lock's token, write the note key for the retention.
+    async fn write_note(&self, held: &Held<'_>, note: &[u8]) -> Result<bool> {
+        let inv = scripts::note(
+            &self.lock_key(held.name),
+            held.token,
+            note,
+            self.tuning.retention,
+        );
+        let mut con = self.shared.clone();
+        let r = within(
+            Phase::Note,
+            self.limit(),
+            scripts::invoke::<_, i64>(&mut con, &inv),
+        )
+        .await;
+        Ok(self.named(held.name, r).await? == 1)
+    }
+
+    async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let inv = scripts::read_note(&self.lock_key(name));
+        let mut con = self.shared.clone();
+        let r = within(
+            Phase::Inspect,
+            self.limit(),
+            scripts::invoke(&mut con, &inv),
+        )
+        .await;
+        self.named(name, r).await
+    }
+
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
         self.inspect_keys(names).await
     }
@@ -772,55 +760,13 @@ impl Store for RedisStore {
     /// `SCAN`, never `KEYS`, on every master of a cluster. A name appears once it has been acquired
     /// (while its fence key lasts) or while someone holds it (its lock key, or a semaphore's holders).
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
-        let tag_start = format!("{{{}:", self.prefix);
-        let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
-        let mut names = BTreeSet::new();
-        // A cluster keeps each name on the master of its slot: scan every master.
-        let masters = within(Phase::Inspect, self.limit(), self.shared.masters()).await?;
-        for mut con in masters {
-            let mut cursor: u64 = 0;
-            loop {
-                let mut cmd = redis::cmd("SCAN");
-                cmd.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&matcher)
-                    .arg("COUNT")
-                    .arg(1000);
-                let (next, keys): (u64, Vec<String>) =
-                    within(Phase::Inspect, self.limit(), cmd.query_async(&mut con)).await?;
-                for key in keys {
-                    let Some(rest) = key.strip_prefix(&tag_start) else {
-                        continue;
-                    };
-                    let name = rest
-                        .strip_suffix("}:lock")
-                        .or_else(|| rest.strip_suffix("}:fence"))
-                        .or_else(|| rest.strip_suffix("}:holders"));
-                    if let Some(name) =
-                        name.filter(|n| crate::lease::names::validate_name(n).is_ok())
-                    {
-                        names.insert(name.to_owned());
-                    }
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
-                }
-            }
-        }
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        self.inspect_keys(&names).await
+        self.list_names(pattern).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn glob_metacharacters_in_the_prefix_are_literal() {
-        assert_eq!(glob_escape("{a*b?[c]}"), "{a\\*b\\?\\[c\\]}");
-    }
 
     #[test]
     fn a_handed_lease_counts_from_no_later_than_the_hand_over() {

@@ -51,16 +51,70 @@ impl NodeAuth {
         };
         let url = format!("{scheme}://{userinfo}{addr}/{}", self.db);
         match (&self.root_ca, self.tls) {
-            (Some(pem), true) => redis::Client::build_with_tls(
-                url.as_str(),
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.clone()),
-                },
-            ),
+            (Some(pem), true) => client_trusting(url.as_str(), pem),
             _ => redis::Client::open(url.as_str()),
         }
     }
+}
+
+/// A driver client for the one-server URL `url` (`redis://`, `rediss://`); one the driver refuses is
+/// [`Error::Invalid`](crate::Error::Invalid) naming it redacted and the forms it takes.
+pub(crate) fn open_client(url: &crate::url::StoreUrl) -> crate::Result<redis::Client> {
+    redis::Client::open(url.expose()).map_err(|e| {
+        crate::Error::invalid(
+            "redis url",
+            format!(
+                "`{}` was refused ({}); use redis://[user:password@]host[:port][/db] or rediss://... for TLS",
+                url.redacted(),
+                e.detail().unwrap_or("malformed")
+            ),
+        )
+    })
+}
+
+/// A driver client for the TLS URL `url` that trusts the PEM roots `pem` instead of the webpki ones.
+/// Callers ran [`prepare_tls`] first; in a build without the `tls` feature this is never reached and
+/// says so.
+pub(crate) fn client_trusting(url: &str, pem: &[u8]) -> RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    {
+        redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        )
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = (url, pem);
+        Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "TLS needs leasehold's `tls` cargo feature",
+        )))
+    }
+}
+
+/// Makes TLS usable before a `rediss` URL is connected: installs rustls' process-wide crypto provider
+/// (an application may have installed its own already, which is fine). In a build without the `tls`
+/// feature, [`Error::Invalid`] naming the URL (`location`, redacted) and the feature.
+#[cfg_attr(feature = "tls", allow(clippy::unnecessary_wraps))]
+pub(crate) fn prepare_tls(location: &str) -> crate::Result<()> {
+    #[cfg(feature = "tls")]
+    {
+        let _ = location;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(())
+    }
+    #[cfg(not(feature = "tls"))]
+    Err(crate::Error::invalid(
+        "store url",
+        format!(
+            "`{location}` asks for TLS, but this build of leasehold has no TLS: enable its `tls` \
+             cargo feature (on by default), or use a redis:// URL"
+        ),
+    ))
 }
 
 /// Opens a multiplexed connection to `addr`. `response_timeout` `None` for connections that carry
@@ -239,27 +293,29 @@ pub(crate) fn addr(host: &str, port: u16) -> String {
     }
 }
 
-/// `redis_mode` from `INFO server`: `standalone`, `cluster` or `sentinel`. `None` when the server
-/// does not let this user run `INFO` (an ACL without it), which is no reason to refuse it.
-pub(crate) async fn redis_mode<C: redis::aio::ConnectionLike>(
-    con: &mut C,
-) -> RedisResult<Option<String>> {
-    match redis::cmd("INFO")
-        .arg("server")
-        .query_async::<String>(con)
-        .await
-    {
-        Ok(info) => Ok(info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_mode:").map(|m| m.trim().to_owned()))),
-        Err(e) if e.code() == Some("NOPERM") => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With the feature, TLS is made ready; without it (`cargo test -p leasehold --lib
+    /// --no-default-features --features redis`, which `./dev test` runs too) a TLS URL is refused
+    /// before any connection, naming the URL and the feature, and no password.
+    #[test]
+    fn tls_is_ready_or_refused_naming_the_feature() {
+        let result = prepare_tls("rediss://app:***@cache:6380");
+        if cfg!(feature = "tls") {
+            assert!(result.is_ok(), "{result:?}");
+        } else {
+            match result {
+                Err(crate::Error::Invalid { what, why }) => {
+                    assert_eq!(what, "store url");
+                    assert!(why.contains("`tls` cargo feature"), "{why}");
+                    assert!(why.contains("rediss://app:***@cache:6380"), "{why}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn slots_follow_the_cluster_specification() {

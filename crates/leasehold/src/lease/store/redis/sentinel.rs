@@ -90,6 +90,23 @@ enum Answer {
     Failed(RedisError),
 }
 
+/// The primary at `addr` could not be connected to or asked its role: refused credentials are told
+/// apart from a node that cannot be reached.
+fn primary_refused(addr: &str, e: RedisError) -> LookupError {
+    if super::errors::is_credentials_refused(&e) {
+        LookupError::Refused {
+            at: addr.to_owned(),
+            sentinel: false,
+            source: e,
+        }
+    } else {
+        LookupError::Unavailable(io_error(
+            "the primary the sentinels name cannot be reached",
+            format!("{addr}: {e}"),
+        ))
+    }
+}
+
 /// Why no primary could be found.
 enum LookupError {
     /// Every sentinel that answered knows no master by that name.
@@ -98,6 +115,16 @@ enum LookupError {
     NotSentinels(String),
     /// Sentinels or the primary could not be reached, or the node named is not primary (yet).
     Unavailable(RedisError),
+    /// A sentinel (when no sentinel named a primary) or the primary refused our credentials.
+    Refused {
+        /// `host:port` of the node that refused.
+        at: String,
+        /// Whether it was a sentinel (its credentials are the URL's `sentinel_user` and
+        /// `sentinel_password`) or the primary (the URL's user-info).
+        sentinel: bool,
+        /// Its refusal.
+        source: RedisError,
+    },
 }
 
 impl std::fmt::Debug for SentinelConn {
@@ -193,7 +220,7 @@ impl SentinelConn {
             }
         }
         let p = self.lookup().await.map_err(|e| match e {
-            LookupError::Unavailable(e) => e,
+            LookupError::Unavailable(e) | LookupError::Refused { source: e, .. } => e,
             LookupError::UnknownMaster => io_error(
                 "sentinels no longer know the master",
                 format!(
@@ -220,6 +247,13 @@ impl SentinelConn {
 
     /// Asks every sentinel, picks the primary, connects and checks its role.
     async fn lookup(&self) -> std::result::Result<Primary, LookupError> {
+        let addr = self.elected().await?;
+        self.open_primary(addr).await
+    }
+
+    /// The primary's address, as the sentinels name it: among the first majority to answer, the
+    /// one with the highest configuration epoch.
+    async fn elected(&self) -> std::result::Result<String, LookupError> {
         let inner = &self.inner;
         let sentinels = &inner.url.sentinels;
         let majority = sentinels.len() / 2 + 1;
@@ -229,12 +263,18 @@ impl SentinelConn {
             .collect();
         let mut found: Vec<(String, u64)> = Vec::new();
         let (mut unknown, mut not_sentinel, mut failures) = (0, Vec::new(), Vec::new());
+        let mut refused = None;
         while let Some((sentinel, answer)) = asking.next().await {
             match answer {
                 Answer::Found { addr, epoch } => found.push((addr, epoch)),
                 Answer::Unknown => unknown += 1,
                 Answer::NotSentinel => not_sentinel.push(sentinel.clone()),
-                Answer::Failed(e) => failures.push(format!("{sentinel}: {e}")),
+                Answer::Failed(e) => {
+                    failures.push(format!("{sentinel}: {e}"));
+                    if super::errors::is_credentials_refused(&e) {
+                        refused.get_or_insert((sentinel.clone(), e));
+                    }
+                }
             }
             if found.len() >= majority {
                 break;
@@ -248,6 +288,13 @@ impl SentinelConn {
             if !not_sentinel.is_empty() && unknown == 0 && failures.is_empty() {
                 return Err(LookupError::NotSentinels(not_sentinel.join(", ")));
             }
+            if let Some((at, source)) = refused {
+                return Err(LookupError::Refused {
+                    at,
+                    sentinel: true,
+                    source,
+                });
+            }
             let mut why = failures;
             why.extend(not_sentinel.iter().map(|s| format!("{s}: not a sentinel")));
             return Err(LookupError::Unavailable(io_error(
@@ -260,6 +307,12 @@ impl SentinelConn {
                 ),
             )));
         };
+        Ok(addr)
+    }
+
+    /// Connects to the primary at `addr` and checks that it says it is one (`ROLE`).
+    async fn open_primary(&self, addr: String) -> std::result::Result<Primary, LookupError> {
+        let inner = &self.inner;
         let mut con = node::open(
             &inner.url.data,
             &addr,
@@ -267,17 +320,12 @@ impl SentinelConn {
             Some(inner.response_timeout),
         )
         .await
-        .map_err(|e| {
-            LookupError::Unavailable(io_error(
-                "the primary the sentinels name cannot be reached",
-                format!("{addr}: {e}"),
-            ))
-        })?;
+        .map_err(|e| primary_refused(&addr, e))?;
         inner.count.fetch_add(1, Ordering::Relaxed);
         let role: Value = redis::cmd("ROLE")
             .query_async(&mut con)
             .await
-            .map_err(LookupError::Unavailable)?;
+            .map_err(|e| primary_refused(&addr, e))?;
         inner.count.fetch_add(1, Ordering::Relaxed);
         let role = match role {
             Value::Array(items) => items
@@ -379,10 +427,27 @@ impl SentinelConn {
                     super::topology::SENTINEL_PORT
                 ),
             ),
-            LookupError::Unavailable(source) => Error::Redis {
-                phase: Phase::Connect,
+            LookupError::Unavailable(source) => super::errors::from_redis(Phase::Connect, source),
+            LookupError::Refused {
+                at,
+                sentinel: true,
                 source,
-            },
+            } => super::errors::refused_credentials(
+                Phase::Connect,
+                &format!("sentinel {at} (master `{}`)", url.master),
+                &source,
+                "give the sentinels' own credentials in the URL's query \
+                 (?sentinel_password=...&sentinel_user=... for an ACL user); the URL's user-info is \
+                 for the data nodes",
+            ),
+            LookupError::Refused { at, source, .. } => super::errors::refused_credentials(
+                Phase::Connect,
+                &format!("primary {at} (master `{}`, named by the sentinels)", url.master),
+                &source,
+                "give the data nodes' user and password as the URL's user-info \
+                 (redis-sentinel://user:password@host,host#master, or :password@ for the default \
+                 user); the sentinels' own go in ?sentinel_password=...",
+            ),
         }
     }
 

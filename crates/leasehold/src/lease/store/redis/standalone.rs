@@ -2,7 +2,9 @@
 //! which is all a single server, or a managed service that moves one name on failover, needs.
 //!
 //! Promise: the server is asked once at connect, so an unreachable server or wrong credentials fail
-//! there, and a URL that reaches a cluster node or a sentinel is refused with the URL to use instead.
+//! there, a URL that reaches a cluster node or a sentinel is refused with the URL to use instead, and
+//! a replica (writable or not) or a server that may evict lease keys is refused before anything is
+//! written (`health`).
 //! Limit: it follows no failover by itself; behind one DNS name it reaches a new primary only when
 //! the name moves.
 
@@ -14,54 +16,23 @@ use redis::aio::ConnectionManagerConfig;
 use redis::AsyncConnectionConfig;
 
 use super::conn::{Nodes, Route};
-use super::{node, within};
+use super::errors::{self, within};
+use super::health;
 use crate::error::{Error, Phase, Result};
 use crate::lease::store::Settings;
+use crate::url::StoreUrl;
 
 /// One server: checks that it answers (and takes the credentials) and is neither a cluster
 /// node nor a sentinel, then opens the reconnecting shared connection. The connection that
 /// asked serves as the first dedicated (blocking) connection.
 pub(super) async fn connect(
-    url: &str,
-    location: &str,
+    url: &StoreUrl,
     settings: &Settings,
     round_trips: Arc<AtomicU64>,
 ) -> Result<(Route, Nodes, redis::aio::MultiplexedConnection)> {
     let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
-    let tls = url.starts_with("rediss://");
-    let client = redis::Client::open(url).map_err(|e| {
-        Error::invalid(
-            "redis url",
-            format!(
-                "`{location}` was refused ({}); use redis://[user:password@]host[:port][/db] or rediss://... for TLS",
-                e.detail().unwrap_or("malformed")
-            ),
-        )
-    })?;
-    let client = match &settings.tls_root_ca_pem {
-        None => client,
-        Some(pem) => {
-            if !tls {
-                return Err(Error::invalid(
-                    "tls root certificate",
-                    format!("it was given for `{location}`, which is not a TLS URL; use rediss://"),
-                ));
-            }
-            redis::Client::build_with_tls(
-                url,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.clone()),
-                },
-            )
-            .map_err(|e| {
-                Error::invalid(
-                    "tls root certificate",
-                    format!("it was refused ({e}); give PEM-encoded certificate(s)"),
-                )
-            })?
-        }
-    };
+    let location = url.redacted();
+    let client = client(url, settings)?;
 
     // Fail fast and clearly on an unreachable server or bad credentials.
     let probe_config = AsyncConnectionConfig::new()
@@ -72,37 +43,19 @@ pub(super) async fn connect(
         connect_timeout + response_timeout,
         client.get_multiplexed_async_connection_with_config(&probe_config),
     )
-    .await?;
+    .await
+    .map_err(errors::unauthorized_at(location))?;
     round_trips.fetch_add(1, Ordering::Relaxed);
     // A server that requires AUTH accepts the connection and refuses commands: ask once, so that
     // missing or wrong credentials are a connect error, not a surprise on the first acquire. The
     // same question says whether it is a cluster node or a sentinel, which this URL cannot use.
-    let mode = within(
-        Phase::Connect,
-        response_timeout,
-        node::redis_mode(&mut probe),
-    )
-    .await?;
+    // It also says whether this node is a replica or may evict lease keys (`health`).
+    let facts = within(Phase::Connect, response_timeout, health::facts(&mut probe))
+        .await
+        .map_err(errors::unauthorized_at(location))?;
     round_trips.fetch_add(1, Ordering::Relaxed);
-    match mode.as_deref() {
-        Some("cluster") => {
-            return Err(Error::invalid(
-                "store url",
-                format!(
-                    "`{location}` is a Redis Cluster node; use redis-cluster://host:port[,host:port...] so that each lease goes to the master of its slot"
-                ),
-            ))
-        }
-        Some("sentinel") => {
-            return Err(Error::invalid(
-                "store url",
-                format!(
-                    "`{location}` is a sentinel, not a data node; use redis-sentinel://host[:port][,host[:port]...]#<master name>"
-                ),
-            ))
-        }
-        _ => {}
-    }
+    refuse_other_kinds(location, &facts)?;
+    health::check(location, &facts, settings.allow_eviction)?;
 
     let manager_config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(response_timeout))
@@ -124,4 +77,52 @@ pub(super) async fn connect(
         },
         probe,
     ))
+}
+
+/// A driver client for `url`, with the TLS roots of `settings` (refused for a URL without TLS). A
+/// malformed URL is [`Error::Invalid`] naming it redacted.
+fn client(url: &StoreUrl, settings: &Settings) -> Result<redis::Client> {
+    let location = url.redacted();
+    let tls = url.scheme() == "rediss";
+    let client = super::node::open_client(url)?;
+    match &settings.tls_root_ca_pem {
+        None => Ok(client),
+        Some(pem) => {
+            if !tls {
+                return Err(Error::invalid(
+                    "tls root certificate",
+                    format!("it was given for `{location}`, which is not a TLS URL; use rediss://"),
+                ));
+            }
+            super::node::client_trusting(url.expose(), pem).map_err(|e| {
+                Error::invalid(
+                    "tls root certificate",
+                    format!("it was refused ({e}); give PEM-encoded certificate(s)"),
+                )
+            })
+        }
+    }
+}
+
+/// Refuses a cluster node or a sentinel behind a `redis://` URL, naming the URL to use instead.
+fn refuse_other_kinds(location: &str, facts: &health::NodeFacts) -> Result<()> {
+    match facts.mode.as_deref() {
+        Some("cluster") => {
+            Err(Error::invalid(
+                "store url",
+                format!(
+                    "`{location}` is a Redis Cluster node; use redis-cluster://host:port[,host:port...] so that each lease goes to the master of its slot"
+                ),
+            ))
+        }
+        Some("sentinel") => {
+            Err(Error::invalid(
+                "store url",
+                format!(
+                    "`{location}` is a sentinel, not a data node; use redis-sentinel://host[:port][,host[:port]...]#<master name>"
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
 }

@@ -13,6 +13,7 @@
 //! out at connect.
 
 use crate::error::{Error, Result};
+use crate::url::StoreUrl;
 
 use super::node::{addr, decode, NodeAuth};
 
@@ -54,15 +55,12 @@ pub(crate) struct ClusterUrl {
     pub(crate) auth: NodeAuth,
 }
 
-/// Reads `url`. `root_ca`: PEM roots for TLS, refused for a URL without TLS.
-pub(crate) fn parse(url: &str, root_ca: Option<&[u8]>) -> Result<Topology> {
-    let shown = crate::url::redact(url);
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(Error::invalid(
-            "store url",
-            format!("`{shown}` has no scheme; use redis://, redis-sentinel:// or redis-cluster://"),
-        ));
-    };
+/// Reads `url` (as the registry read it). `root_ca`: PEM roots for TLS, refused for a URL without
+/// TLS.
+pub(crate) fn parse(url: &StoreUrl, root_ca: Option<&[u8]>) -> Result<Topology> {
+    let shown = url.redacted();
+    let scheme = url.scheme();
+    let rest = &url.expose()[scheme.len() + "://".len()..];
     let (tls, sentinel) = match scheme {
         "redis" | "rediss" => return Ok(Topology::Standalone),
         "redis-sentinel" => (false, true),
@@ -83,21 +81,13 @@ pub(crate) fn parse(url: &str, root_ca: Option<&[u8]>) -> Result<Topology> {
     };
     let bad = |why: String| Error::invalid("store url", format!("`{shown}`: {why}; use {form}"));
 
-    let (userinfo, tail) = match crate::url::userinfo_end(rest) {
-        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest),
-    };
-    let hosts_end = tail.find(['/', '?', '#']).unwrap_or(tail.len());
-    let (hosts, after) = tail.split_at(hosts_end);
-    let (before_fragment, fragment) = match after.split_once('#') {
-        Some((b, f)) => (b, Some(f)),
-        None => (after, None),
-    };
-    let (path, query) = match before_fragment.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (before_fragment, None),
-    };
-
+    let Parts {
+        userinfo,
+        hosts,
+        path,
+        query,
+        fragment,
+    } = Parts::of(rest);
     let default_port = if sentinel { SENTINEL_PORT } else { REDIS_PORT };
     let nodes = hosts
         .split(',')
@@ -105,24 +95,7 @@ pub(crate) fn parse(url: &str, root_ca: Option<&[u8]>) -> Result<Topology> {
         .collect::<std::result::Result<Vec<String>, String>>()
         .map_err(bad)?;
 
-    let (user, password) = match userinfo {
-        None => (None, None),
-        Some(info) => {
-            let (user, password) = match info.split_once(':') {
-                Some((u, p)) => (u, Some(p)),
-                // Lettuce: a user-info without a colon is a password.
-                None => ("", Some(info)),
-            };
-            let user =
-                decode(user).ok_or_else(|| bad("the user name has a malformed %-escape".into()))?;
-            let password = password
-                .map(|p| {
-                    decode(p).ok_or_else(|| bad("the password has a malformed %-escape".into()))
-                })
-                .transpose()?;
-            ((!user.is_empty()).then_some(user), password)
-        }
-    };
+    let (user, password) = credentials(userinfo, &bad)?;
 
     let db: i64 = match path.trim_start_matches('/') {
         "" => 0,
@@ -133,6 +106,150 @@ pub(crate) fn parse(url: &str, root_ca: Option<&[u8]>) -> Result<Topology> {
             .ok_or_else(|| bad(format!("`{n}` is not a database number")))?,
     };
 
+    let sentinel_auth = query_credentials(query, sentinel, tls, root_ca, &bad)?;
+    if root_ca.is_some() && !tls {
+        return Err(Error::invalid(
+            "tls root certificate",
+            format!(
+                "it was given for `{shown}`, which is not a TLS URL; use {}",
+                if sentinel {
+                    "rediss-sentinel://"
+                } else {
+                    "rediss-cluster://"
+                }
+            ),
+        ));
+    }
+    let data = NodeAuth {
+        tls,
+        user,
+        password,
+        db,
+        root_ca: root_ca.map(<[u8]>::to_vec),
+    };
+
+    if sentinel {
+        sentinel_url(nodes, data, sentinel_auth, fragment, shown, form)
+    } else {
+        cluster_url(nodes, data, path, fragment, &bad)
+    }
+}
+
+/// A Sentinel URL's topology: the master's name is the URL's `#fragment`, and must be there.
+fn sentinel_url(
+    sentinels: Vec<String>,
+    data: NodeAuth,
+    sentinel: NodeAuth,
+    fragment: Option<&str>,
+    shown: &str,
+    form: &str,
+) -> Result<Topology> {
+    let master = fragment
+        .map(|f| decode(f).unwrap_or_else(|| f.to_owned()))
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| {
+            Error::invalid(
+                "sentinel master name",
+                format!(
+                    "`{shown}` does not name the master the sentinels monitor; end the URL with #<master name> (the name in `sentinel monitor <name> ...`), as in {form}"
+                ),
+            )
+        })?;
+    Ok(Topology::Sentinel(SentinelUrl {
+        sentinels,
+        master,
+        data,
+        sentinel,
+    }))
+}
+
+/// A Cluster URL's topology: database 0 only, no `#fragment`.
+fn cluster_url(
+    seeds: Vec<String>,
+    auth: NodeAuth,
+    path: &str,
+    fragment: Option<&str>,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Topology> {
+    if auth.db != 0 {
+        return Err(bad(format!(
+            "Redis Cluster has only database 0, not {}; remove `{path}`",
+            auth.db
+        )));
+    }
+    if let Some(f) = fragment {
+        return Err(bad(format!(
+            "a cluster URL has no `#{f}` (that names a Sentinel master)"
+        )));
+    }
+    Ok(Topology::Cluster(ClusterUrl { seeds, auth }))
+}
+
+/// The parts of a multi-host URL after its `scheme://`.
+struct Parts<'a> {
+    userinfo: Option<&'a str>,
+    hosts: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+impl<'a> Parts<'a> {
+    fn of(rest: &'a str) -> Self {
+        let (userinfo, tail) = match crate::url::userinfo_end(rest) {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
+        let hosts_end = tail.find(['/', '?', '#']).unwrap_or(tail.len());
+        let (hosts, after) = tail.split_at(hosts_end);
+        let (before_fragment, fragment) = match after.split_once('#') {
+            Some((b, f)) => (b, Some(f)),
+            None => (after, None),
+        };
+        let (path, query) = match before_fragment.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (before_fragment, None),
+        };
+        Parts {
+            userinfo,
+            hosts,
+            path,
+            query,
+            fragment,
+        }
+    }
+}
+
+/// The user and password of the URL's user-info, %-decoded (a user-info without a colon is a
+/// password, as Lettuce reads it).
+fn credentials(
+    userinfo: Option<&str>,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<(Option<String>, Option<String>)> {
+    let Some(info) = userinfo else {
+        return Ok((None, None));
+    };
+    let (user, password) = match info.split_once(':') {
+        Some((u, p)) => (u, Some(p)),
+        // Lettuce: a user-info without a colon is a password.
+        None => ("", Some(info)),
+    };
+    let user = decode(user).ok_or_else(|| bad("the user name has a malformed %-escape".into()))?;
+    let password = password
+        .map(|p| decode(p).ok_or_else(|| bad("the password has a malformed %-escape".into())))
+        .transpose()?;
+    Ok(((!user.is_empty()).then_some(user), password))
+}
+
+/// The sentinels' own credentials from the query (`sentinel_user`, `sentinel_password`); any other
+/// parameter, and any at all in a cluster URL, is refused.
+fn query_credentials(
+    query: Option<&str>,
+    sentinel: bool,
+    tls: bool,
+    root_ca: Option<&[u8]>,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<NodeAuth> {
     let mut sentinel_auth = NodeAuth {
         tls,
         root_ca: root_ca.map(<[u8]>::to_vec),
@@ -157,61 +274,7 @@ pub(crate) fn parse(url: &str, root_ca: Option<&[u8]>) -> Result<Topology> {
             }
         }
     }
-    if root_ca.is_some() && !tls {
-        return Err(Error::invalid(
-            "tls root certificate",
-            format!(
-                "it was given for `{shown}`, which is not a TLS URL; use {}",
-                if sentinel {
-                    "rediss-sentinel://"
-                } else {
-                    "rediss-cluster://"
-                }
-            ),
-        ));
-    }
-    let data = NodeAuth {
-        tls,
-        user,
-        password,
-        db,
-        root_ca: root_ca.map(<[u8]>::to_vec),
-    };
-
-    if sentinel {
-        let master = fragment
-            .map(|f| decode(f).unwrap_or_else(|| f.to_owned()))
-            .filter(|m| !m.is_empty())
-            .ok_or_else(|| {
-                Error::invalid(
-                    "sentinel master name",
-                    format!(
-                        "`{shown}` does not name the master the sentinels monitor; end the URL with #<master name> (the name in `sentinel monitor <name> ...`), as in {form}"
-                    ),
-                )
-            })?;
-        Ok(Topology::Sentinel(SentinelUrl {
-            sentinels: nodes,
-            master,
-            data,
-            sentinel: sentinel_auth,
-        }))
-    } else {
-        if db != 0 {
-            return Err(bad(format!(
-                "Redis Cluster has only database 0, not {db}; remove `{path}`"
-            )));
-        }
-        if let Some(f) = fragment {
-            return Err(bad(format!(
-                "a cluster URL has no `#{f}` (that names a Sentinel master)"
-            )));
-        }
-        Ok(Topology::Cluster(ClusterUrl {
-            seeds: nodes,
-            auth: data,
-        }))
-    }
+    Ok(sentinel_auth)
 }
 
 /// `host[:port]` or `[v6][:port]` to `host:port`.
@@ -270,14 +333,14 @@ mod tests {
     use super::*;
 
     fn sentinel(url: &str) -> SentinelUrl {
-        match parse(url, None).unwrap() {
+        match parse(&StoreUrl::parse(url).unwrap(), None).unwrap() {
             Topology::Sentinel(s) => s,
             other => panic!("{other:?}"),
         }
     }
 
     fn refused(url: &str) -> (&'static str, String) {
-        match parse(url, None) {
+        match parse(&StoreUrl::parse(url).unwrap(), None) {
             Err(Error::Invalid { what, why }) => {
                 assert!(!why.contains("secret"), "{why}");
                 (what, why)
@@ -325,16 +388,18 @@ mod tests {
 
     #[test]
     fn cluster_urls_list_seed_nodes() {
-        let Topology::Cluster(c) =
-            parse("rediss-cluster://u:p@10.0.0.1:7000,10.0.0.2", None).unwrap()
-        else {
+        let Topology::Cluster(c) = parse(
+            &StoreUrl::parse("rediss-cluster://u:p@10.0.0.1:7000,10.0.0.2").unwrap(),
+            None,
+        )
+        .unwrap() else {
             panic!()
         };
         assert_eq!(c.seeds, ["10.0.0.1:7000", "10.0.0.2:6379"]);
         assert!(c.auth.tls);
         assert_eq!(c.auth.user.as_deref(), Some("u"));
         assert!(matches!(
-            parse("redis://h:1/0", None).unwrap(),
+            parse(&StoreUrl::parse("redis://h:1/0").unwrap(), None).unwrap(),
             Topology::Standalone
         ));
     }
@@ -368,7 +433,10 @@ mod tests {
             let (_, why) = refused(url);
             assert!(why.contains(says), "{url}: {why}");
         }
-        match parse("redis-cluster://h:1", Some(b"pem")) {
+        match parse(
+            &StoreUrl::parse("redis-cluster://h:1").unwrap(),
+            Some(b"pem"),
+        ) {
             Err(Error::Invalid { what, why }) => {
                 assert_eq!(what, "tls root certificate");
                 assert!(why.contains("rediss-cluster://"), "{why}");

@@ -23,12 +23,15 @@
 //! Layout: `node` (one master: connections, identity, bounded requests), `quorum` (counting replies;
 //! no I/O), `scripts` (one `.lua` file per script, each behind one function that prepares its call).
 
+mod connect;
+mod errors;
+mod inspect;
 mod keys;
 mod node;
 mod quorum;
 mod scripts;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,13 +41,14 @@ use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
+use self::connect::check_identity;
+use self::errors::Failure;
 use self::keys::RedlockKeys;
-use self::node::{Failure, Node};
-use self::quorum::{majority, AcquireTally, AcquireVote, Verdict, Votes};
+use self::node::Node;
+use self::quorum::{majority, AcquireTally, AcquireVote, FenceChoice, Verdict, Votes};
 use self::scripts::NodeAcquire;
-use super::{
-    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, Turn,
-};
+use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
+use crate::error::LostReason;
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::metrics;
@@ -101,6 +105,12 @@ pub(crate) struct RedlockStore {
 struct Inner {
     /// The masters, in the order their URLs were given.
     nodes: Vec<Node>,
+    /// Masters that may evict lease keys are accepted (checked when each is first reached, and at
+    /// every look).
+    allow_eviction: bool,
+    /// What the looks found: a master that started evicting without the opt-in refuses new
+    /// acquisitions, evicted keys count in the metric and name a lost lease's reason.
+    watch: crate::lease::store::redis::health::Watch,
     /// Masters in run-id order (unreached ones last), so that clients listing the URLs in different
     /// orders choose the same master to block on.
     wake_order: Vec<usize>,
@@ -146,111 +156,218 @@ fn proposal(rule: FenceRule) -> u64 {
     u64::try_from(now.as_micros()).unwrap_or(0)
 }
 
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 impl RedlockStore {
-    /// Opens a Redlock over `urls`: an odd number, three or more, each any URL the single-server
-    /// store takes. Every master is asked what it is (`INFO server`, `ROLE`) at once; a replica or
-    /// a server two URLs name is [`Error::Invalid`]; fewer than a majority answering is
-    /// [`Error::NoQuorum`]. A minority that does not answer is checked when it first does.
-    pub(crate) async fn connect(urls: &[String], settings: Settings) -> Result<Self> {
-        Self::connect_with_rule(urls, settings, FenceRule::PROTOCOL).await
+    /// force_release.lua on every master at once: each master's answer (evicted, fence candidate),
+    /// `None` where it failed, and the first failure.
+    async fn force_everywhere(
+        &self,
+        keys: &RedlockKeys,
+        limit: Duration,
+    ) -> (Vec<Option<(bool, u64)>>, Option<Failure>) {
+        let (n, rule) = (self.n(), self.inner.rule);
+        let proposal = proposal(rule);
+        let mut answers: Vec<Option<(bool, u64)>> = vec![None; n];
+        let mut first_failure = None;
+        let inv = Arc::new(scripts::force_release(
+            keys,
+            proposal,
+            self.fence_keys(rule),
+        ));
+        self.fan_out(
+            0..n,
+            |i, inner| {
+                let inv = inv.clone();
+                async move {
+                    let mut r = inner.nodes[i]
+                        .scripts(std::slice::from_ref(&*inv), limit)
+                        .await?;
+                    r.pop()
+                        .unwrap_or(Ok(redis::Value::Nil))
+                        .and_then(scripts::forced)
+                        .map_err(Failure::Redis)
+                }
+            },
+            |i, r| {
+                match r {
+                    Ok(a) => answers[i] = Some(a),
+                    Err(f) => {
+                        first_failure.get_or_insert(f);
+                    }
+                }
+                false
+            },
+        )
+        .await;
+        (answers, first_failure)
     }
 
-    pub(crate) async fn connect_with_rule(
-        urls: &[String],
-        settings: Settings,
-        rule: FenceRule,
-    ) -> Result<Self> {
-        let shown: Vec<String> = urls.iter().map(|u| crate::url::redact(u)).collect();
-        if urls.len() < 3 || urls.len() % 2 == 0 {
-            return Err(Error::invalid(
-                "redlock masters",
-                format!(
-                    "{} given ({}); Redlock needs an odd number of independent Redis masters, at least 3 (give --redis URL three or five times)",
-                    urls.len(),
-                    shown.join(", ")
-                ),
-            ));
-        }
-        for (i, a) in urls.iter().enumerate() {
-            if urls[..i].contains(a) {
-                return Err(Error::invalid(
-                    "redlock masters",
-                    format!(
-                        "`{}` is given twice; Redlock needs {} different masters",
-                        shown[i],
-                        urls.len()
-                    ),
-                ));
-            }
-        }
-        let nodes = urls
-            .iter()
-            .map(|u| Node::new(u, &settings))
-            .collect::<Result<Vec<_>>>()?;
-        let limit = settings.connect_timeout * 2 + settings.response_timeout;
-        let ids = futures::future::join_all(nodes.iter().map(|n| n.identify(limit))).await;
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        let mut first_failure = None;
-        for (i, id) in ids.iter().enumerate() {
-            match id {
-                Ok(id) => {
-                    check_identity(&nodes, i, id, &seen)?;
-                    seen.insert(id.run_id.clone(), i);
+    /// raise.lua on the masters `behind` the forced release's fence: how many now record it. A
+    /// failure is kept in `first_failure` when none is yet.
+    async fn raise_behind(
+        &self,
+        keys: &RedlockKeys,
+        fence: u64,
+        behind: Vec<usize>,
+        limit: Duration,
+        first_failure: &mut Option<Failure>,
+    ) -> usize {
+        let mut raised = 0;
+        let inv = Arc::new(scripts::raise(keys, fence, self.inner.retention));
+        self.fan_out(
+            behind,
+            |i, inner| {
+                let inv = inv.clone();
+                async move {
+                    let mut r = inner.nodes[i]
+                        .scripts(std::slice::from_ref(&*inv), limit)
+                        .await?;
+                    scripts::flag_reply(r.pop().unwrap_or(Ok(redis::Value::Nil)))
+                        .map_err(Failure::Redis)
                 }
-                Err(f) => {
-                    tracing::warn!(url = %nodes[i].location, error = %f.to_error(Phase::Connect), "redlock master not reachable; it will be checked when it answers");
-                    first_failure.get_or_insert_with(|| f.to_error(Phase::Connect));
+            },
+            |_, r| {
+                match r {
+                    Ok(true) => raised += 1,
+                    Ok(false) => {}
+                    Err(f) => {
+                        first_failure.get_or_insert(f);
+                    }
                 }
-            }
-        }
-        let quorum = majority(nodes.len());
-        if seen.len() < quorum {
+                false
+            },
+        )
+        .await;
+        raised
+    }
+
+    /// acquire.lua on every master at once, the answers counted until the vote is decided. Returns
+    /// the tally, the first master's failure, and the requests still out.
+    async fn take_everywhere(
+        &self,
+        req: &Request<'_>,
+        keys: &RedlockKeys,
+        limit: Duration,
+    ) -> (AcquireTally, Option<Failure>, Leftover<NodeAcquire>) {
+        let (n, rule, ttl) = (self.n(), self.inner.rule, req.opts.ttl);
+        let proposal = proposal(rule);
+        let mut tally = AcquireTally::new(n);
+        let mut first_failure: Option<Failure> = None;
+        let leftover = self
+            .fan_out(
+                0..n,
+                |i, inner| {
+                    // Every master that answers busy keeps a waiting marker, so that whichever of
+                    // them the waiter blocks on, the holder's release there wakes it.
+                    let inv = scripts::acquire(
+                        keys,
+                        req.token,
+                        ttl,
+                        req.wait,
+                        proposal,
+                        self.fence_keys(rule),
+                    );
+                    async move {
+                        let mut r = inner.nodes[i]
+                            .scripts(std::slice::from_ref(&inv), limit)
+                            .await?;
+                        r.pop()
+                            .unwrap_or(Ok(redis::Value::Nil))
+                            .and_then(NodeAcquire::from_value)
+                            .map_err(Failure::Redis)
+                    }
+                },
+                |i, r| {
+                    let vote = match r {
+                        Ok(NodeAcquire::Taken { fence, waiting }) => {
+                            AcquireVote::Taken { fence, waiting }
+                        }
+                        Ok(NodeAcquire::Busy { pttl_ms, holder }) => {
+                            AcquireVote::Busy { pttl_ms, holder }
+                        }
+                        Err(f) => {
+                            first_failure.get_or_insert(f);
+                            AcquireVote::Failed
+                        }
+                    };
+                    tally.record(i, vote);
+                    tally.decided()
+                },
+            )
+            .await;
+        (tally, first_failure, leftover)
+    }
+
+    /// The end of an acquire that did not win a majority: the requests still out land, the attempt
+    /// is undone where it may hold a lock, and the caller hears busy (with how long, or a short
+    /// random pause after a split vote), or [`Error::NoQuorum`] when too few masters answered.
+    async fn lost(
+        &self,
+        req: &Request<'_>,
+        keys: &RedlockKeys,
+        tally: &AcquireTally,
+        leftover: Leftover<NodeAcquire>,
+        first_failure: Option<Failure>,
+    ) -> Result<Attempt> {
+        let (n, quorum) = (self.n(), self.quorum());
+        // The requests still out may yet take a lock: let them land, then undo after them.
+        leftover.finish().await;
+        self.undo(keys, req.token, tally.maybe_held()).await;
+        if tally.answered() < quorum {
             return Err(Error::NoQuorum {
-                phase: Phase::Connect,
-                answered: seen.len(),
+                phase: Phase::Acquire,
+                answered: tally.answered(),
                 needed: quorum,
-                nodes: nodes.len(),
-                source: first_failure.map(Box::new),
+                nodes: n,
+                source: first_failure.map(|f| Box::new(f.to_error(Phase::Acquire))),
             });
         }
-        for (i, id) in ids.into_iter().enumerate() {
-            if let Ok(id) = id {
-                nodes[i].accept(id.run_id);
-            }
+        let split = tally.split();
+        if !req.wait.is_zero() {
+            let on = if split {
+                None
+            } else {
+                tally.block_master(&self.inner.wake_order)
+            };
+            self.note_wait(req.token, on);
         }
-        let mut wake_order: Vec<usize> = (0..nodes.len()).collect();
-        wake_order.sort_by_key(|&i| {
-            (
-                nodes[i].run_id().is_none(),
-                nodes[i].run_id().unwrap_or_default(),
-                nodes[i].location.to_string(),
-            )
-        });
-        let location = format!("redlock {}", shown.join(" "));
-        tracing::debug!(masters = %location, prefix = %settings.prefix, "redlock lease store connected");
-        Ok(RedlockStore {
-            inner: Arc::new(Inner {
-                nodes,
-                wake_order,
-                waits: std::sync::Mutex::new(HashMap::new()),
-                prefix: settings.prefix.into(),
-                response_timeout: settings.response_timeout,
-                retention: settings.retention,
-                location,
-                rule,
-            }),
-        })
+        let remaining = if split {
+            // The other contenders undo their attempts now: retry after a short random pause
+            // rather than all at once when their undos wake everyone.
+            Some(Duration::from_millis(rand::random_range(
+                1..=SPLIT_JITTER_MS,
+            )))
+        } else {
+            tally.busy_for()
+        };
+        Ok(Attempt::Busy { remaining })
+    }
+
+    /// How many masters record the chosen fence while holding our lock: a majority at once when
+    /// they agreed (or the rule needs no confirmation), else after confirm.lua on those that hold
+    /// it, within `limit`. A confirm's failure is kept in `first_failure` when none is yet.
+    async fn confirmed(
+        &self,
+        keys: &RedlockKeys,
+        token: &str,
+        choice: &FenceChoice,
+        granted: &[(usize, u64, bool)],
+        limit: Duration,
+        first_failure: &mut Option<Failure>,
+    ) -> usize {
+        let (quorum, rule) = (self.quorum(), self.inner.rule);
+        if !rule.confirm || choice.agreeing >= quorum {
+            if rule.confirm {
+                metrics::redlock_confirm("agreed");
+            }
+            return quorum;
+        }
+        let (confirmed, failure) = self
+            .confirm(keys, token, choice.fence, granted, choice.agreeing, limit)
+            .await;
+        if let Some(f) = failure {
+            first_failure.get_or_insert(f);
+        }
+        confirmed
     }
 
     fn keys(&self, name: &str) -> RedlockKeys {
@@ -327,7 +444,7 @@ impl RedlockStore {
                     .filter_map(|(j, n)| n.run_id().map(|r| (r, j)))
                     .filter(|&(_, j)| j != i)
                     .collect();
-                match check_identity(&self.inner.nodes, i, &id, &seen) {
+                match check_identity(&self.inner.nodes, i, &id, &seen, self.inner.allow_eviction) {
                     Ok(()) => {
                         tracing::info!(url = %node.location, "redlock master reachable and checked; it counts from now on");
                         node.accept(id.run_id);
@@ -519,90 +636,7 @@ impl RedlockStore {
             })
             .collect()
     }
-
-    /// Reads every master's `PTTL` and fence for `names`; needs a majority to answer.
-    async fn inspect_keys(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
-        let n = self.n();
-        let quorum = self.quorum();
-        let limit = self.inner.response_timeout;
-        let keys: Arc<Vec<RedlockKeys>> =
-            Arc::new(names.iter().map(|name| self.keys(name)).collect());
-        let mut per_node: Vec<Option<Vec<KeyState>>> = vec![None; n];
-        let mut first_failure = None;
-        self.fan_out(
-            0..n,
-            |i, inner| {
-                let keys = keys.clone();
-                async move {
-                    let mut out = Vec::with_capacity(keys.len());
-                    for chunk in keys.chunks(500) {
-                        let mut pipe = redis::pipe();
-                        for k in chunk {
-                            pipe.cmd("PTTL").arg(&k.lock).cmd("GET").arg(&k.fence);
-                        }
-                        let values: Vec<(i64, Option<String>)> =
-                            inner.nodes[i].query_pipe(&pipe, limit).await?;
-                        out.extend(
-                            values
-                                .into_iter()
-                                .map(|(pttl, fence)| (pttl, fence.and_then(|f| f.parse().ok()))),
-                        );
-                    }
-                    Ok(out)
-                }
-            },
-            |i, r| {
-                match r {
-                    Ok(v) => per_node[i] = Some(v),
-                    Err(f) => {
-                        first_failure.get_or_insert(f);
-                    }
-                }
-                false
-            },
-        )
-        .await;
-        let answered: Vec<&Vec<KeyState>> = per_node.iter().flatten().collect();
-        if answered.len() < quorum {
-            return Err(Error::NoQuorum {
-                phase: Phase::Inspect,
-                answered: answered.len(),
-                needed: quorum,
-                nodes: n,
-                source: first_failure.map(|f| Box::new(f.to_error(Phase::Inspect))),
-            });
-        }
-        Ok(names
-            .iter()
-            .zip(keys.iter())
-            .enumerate()
-            .map(|(j, (name, k))| {
-                let mut pttls: Vec<i64> = answered
-                    .iter()
-                    .map(|v| v[j].0)
-                    .filter(|&p| p != -2)
-                    .collect();
-                pttls.sort_unstable_by(|a, b| b.cmp(a));
-                let held = pttls.len() >= quorum;
-                LeaseInfo {
-                    name: (*name).to_owned(),
-                    key: k.lock.clone(),
-                    held,
-                    ttl_ms: if held {
-                        u64::try_from(pttls[quorum - 1]).ok()
-                    } else {
-                        None
-                    },
-                    fence: answered.iter().filter_map(|v| v[j].1).max().map(Fence::new),
-                    ..LeaseInfo::free(name, String::new())
-                }
-            })
-            .collect())
-    }
 }
-
-/// One master's view of one name: the lock's `PTTL` and the recorded fence.
-type KeyState = (i64, Option<u64>);
 
 /// The requests of a [`RedlockStore::fan_out`] still out when the caller stopped listening.
 struct Leftover<T>(Pending<T>);
@@ -623,47 +657,55 @@ impl<T: Send + 'static> Leftover<T> {
     }
 }
 
-/// Refuses master `i` when `id` says it is not a master, or is a server another URL names (`seen`:
-/// run id → index of the masters already checked).
-fn check_identity(
-    nodes: &[Node],
-    i: usize,
-    id: &node::Identity,
-    seen: &HashMap<String, usize>,
-) -> Result<()> {
-    let here = &nodes[i].location;
-    if id.role != "master" {
-        return Err(Error::invalid(
-            "redlock masters",
-            format!(
-                "`{here}` is not a master (ROLE says `{}`); Redlock needs independent masters: give each master's URL, never a replica's or a sentinel's",
-                if id.role.is_empty() { "nothing" } else { &id.role }
-            ),
-        ));
-    }
-    if id.run_id.is_empty() {
-        return Err(Error::invalid(
-            "redlock masters",
-            format!("`{here}` did not say its run_id in INFO server; is it Redis?"),
-        ));
-    }
-    if let Some(&j) = seen.get(&id.run_id) {
-        return Err(Error::invalid(
-            "redlock masters",
-            format!(
-                "`{}` and `{here}` are the same Redis server (run_id {}…); Redlock needs independent masters, one URL each",
-                nodes[j].location,
-                &id.run_id[..id.run_id.len().min(8)]
-            ),
-        ));
-    }
-    Ok(())
+impl StoreKind {
+    /// Redlock over an odd number (three or more) of independent Redis masters.
+    pub const REDLOCK: StoreKind = StoreKind::new("redlock");
 }
 
 #[async_trait]
 impl Store for RedlockStore {
     fn kind(&self) -> StoreKind {
-        StoreKind::Redlock
+        StoreKind::REDLOCK
+    }
+
+    fn look_every(&self) -> Option<Duration> {
+        Some(crate::lease::store::redis::LOOK_EVERY)
+    }
+
+    /// Every checked master's memory policy and evicted keys, asked at once (`INFO`): a master
+    /// whose policy became evicting without the opt-in refuses new acquisitions until it is fixed,
+    /// as on one Redis server; keys the masters evicted count in the metric.
+    async fn look(&self) {
+        let limit = self.inner.response_timeout;
+        let looks = self.inner.nodes.iter().map(|node| async move {
+            let facts = node.look(limit).await?;
+            Some((node.location.to_string(), facts))
+        });
+        let looked: Vec<_> = futures::future::join_all(looks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        if looked.is_empty() {
+            return;
+        }
+        let evicted = self.inner.watch.observe(&looked, self.inner.allow_eviction);
+        if evicted > 0 {
+            metrics::evicted_keys(evicted);
+        }
+    }
+
+    /// Evicted when a look since `since` saw a master's evicted keys grow (one is taken now).
+    async fn lost_reason(&self, since: Instant) -> LostReason {
+        if !self.inner.watch.evicting() {
+            return LostReason::NotOurs;
+        }
+        self.look().await;
+        if self.inner.watch.evicted_since(since) {
+            LostReason::Evicted
+        } else {
+            LostReason::NotOurs
+        }
     }
 
     fn location(&self) -> &str {
@@ -682,10 +724,12 @@ impl Store for RedlockStore {
     /// One round trip to every master at once when a majority already records the same fence (the
     /// usual case), two when the fence must be written back.
     async fn acquire(&self, req: &Request<'_>) -> Result<Attempt> {
+        if let Some(refused) = self.inner.watch.refusal() {
+            return Err(refused);
+        }
         let n = self.n();
         let quorum = self.quorum();
         let keys = self.keys(req.name);
-        let rule = self.inner.rule;
         let ttl = req.opts.ttl;
         let since = Instant::now();
         // Past this instant a grant is worthless: the holder's own deadline would already be gone.
@@ -696,110 +740,25 @@ impl Store for RedlockStore {
             .min(ttl.saturating_sub(req.opts.drift))
             .max(Duration::from_millis(1));
         let wake = self.wake_node();
-        let proposal = proposal(rule);
-        let mut tally = AcquireTally::new(n);
-        let mut first_failure: Option<Failure> = None;
-        let leftover = self
-            .fan_out(
-                0..n,
-                |i, inner| {
-                    // Every master that answers busy keeps a waiting marker, so that whichever of
-                    // them the waiter blocks on, the holder's release there wakes it.
-                    let inv = scripts::acquire(
-                        &keys,
-                        req.token,
-                        ttl,
-                        req.wait,
-                        proposal,
-                        self.fence_keys(rule),
-                    );
-                    async move {
-                        let mut r = inner.nodes[i]
-                            .scripts(std::slice::from_ref(&inv), limit)
-                            .await?;
-                        r.pop()
-                            .unwrap_or(Ok(redis::Value::Nil))
-                            .and_then(NodeAcquire::from_value)
-                            .map_err(Failure::Redis)
-                    }
-                },
-                |i, r| {
-                    let vote = match r {
-                        Ok(NodeAcquire::Taken { fence, waiting }) => {
-                            AcquireVote::Taken { fence, waiting }
-                        }
-                        Ok(NodeAcquire::Busy { pttl_ms, holder }) => {
-                            AcquireVote::Busy { pttl_ms, holder }
-                        }
-                        Err(f) => {
-                            first_failure.get_or_insert(f);
-                            AcquireVote::Failed
-                        }
-                    };
-                    tally.record(i, vote);
-                    tally.decided()
-                },
-            )
-            .await;
+        let (tally, mut first_failure, leftover) = self.take_everywhere(req, &keys, limit).await;
 
         if !tally.won() {
-            // The requests still out may yet take a lock: let them land, then undo after them.
-            leftover.finish().await;
-            self.undo(&keys, req.token, tally.maybe_held()).await;
-            if tally.answered() < quorum {
-                return Err(Error::NoQuorum {
-                    phase: Phase::Acquire,
-                    answered: tally.answered(),
-                    needed: quorum,
-                    nodes: n,
-                    source: first_failure.map(|f| Box::new(f.to_error(Phase::Acquire))),
-                });
-            }
-            let split = tally.split();
-            if !req.wait.is_zero() {
-                let on = if split {
-                    None
-                } else {
-                    tally.block_master(&self.inner.wake_order)
-                };
-                self.note_wait(req.token, on);
-            }
-            let remaining = if split {
-                // The other contenders undo their attempts now: retry after a short random pause
-                // rather than all at once when their undos wake everyone.
-                Some(Duration::from_millis(rand::random_range(
-                    1..=SPLIT_JITTER_MS,
-                )))
-            } else {
-                tally.busy_for()
-            };
-            return Ok(Attempt::Busy { remaining });
+            return self.lost(req, &keys, &tally, leftover, first_failure).await;
         }
 
         let choice = tally.fence();
         let granted = tally.granted();
-        let confirmed = if !rule.confirm || choice.agreeing >= quorum {
-            if rule.confirm {
-                metrics::redlock_confirm("agreed");
-            }
-            quorum
-        } else {
-            let left = valid_until.saturating_duration_since(Instant::now());
-            let (confirmed, failure) = self
-                .confirm(
-                    &keys,
-                    req.token,
-                    choice.fence,
-                    &granted,
-                    choice.agreeing,
-                    limit.min(left).max(Duration::from_millis(1)),
-                )
-                .await;
-            if let Some(f) = failure {
-                first_failure.get_or_insert(f);
-            }
-            confirmed
-        };
+        let left = valid_until.saturating_duration_since(Instant::now());
+        let confirmed = self
+            .confirmed(
+                &keys,
+                req.token,
+                &choice,
+                &granted,
+                limit.min(left).max(Duration::from_millis(1)),
+                &mut first_failure,
+            )
+            .await;
         let elapsed = since.elapsed();
         if confirmed < quorum || Instant::now() >= valid_until {
             // Undo everywhere the attempt may hold a lock, after the requests still out landed.
@@ -906,41 +865,8 @@ impl Store for RedlockStore {
         let n = self.n();
         let quorum = self.quorum();
         let keys = self.keys(name);
-        let rule = self.inner.rule;
         let limit = self.inner.response_timeout;
-        let proposal = proposal(rule);
-        let mut answers: Vec<Option<(bool, u64)>> = vec![None; n];
-        let mut first_failure = None;
-        let inv = Arc::new(scripts::force_release(
-            &keys,
-            proposal,
-            self.fence_keys(rule),
-        ));
-        self.fan_out(
-            0..n,
-            |i, inner| {
-                let inv = inv.clone();
-                async move {
-                    let mut r = inner.nodes[i]
-                        .scripts(std::slice::from_ref(&*inv), limit)
-                        .await?;
-                    r.pop()
-                        .unwrap_or(Ok(redis::Value::Nil))
-                        .and_then(scripts::forced)
-                        .map_err(Failure::Redis)
-                }
-            },
-            |i, r| {
-                match r {
-                    Ok(a) => answers[i] = Some(a),
-                    Err(f) => {
-                        first_failure.get_or_insert(f);
-                    }
-                }
-                false
-            },
-        )
-        .await;
+        let (answers, mut first_failure) = self.force_everywhere(&keys, limit).await;
         let answered: Vec<(usize, bool, u64)> = answers
             .iter()
             .enumerate()
@@ -965,31 +891,9 @@ impl Store for RedlockStore {
                 .filter(|a| a.2 < fence)
                 .map(|a| a.0)
                 .collect();
-            let inv = Arc::new(scripts::raise(&keys, fence, self.inner.retention));
-            self.fan_out(
-                behind,
-                |i, inner| {
-                    let inv = inv.clone();
-                    async move {
-                        let mut r = inner.nodes[i]
-                            .scripts(std::slice::from_ref(&*inv), limit)
-                            .await?;
-                        scripts::flag_reply(r.pop().unwrap_or(Ok(redis::Value::Nil)))
-                            .map_err(Failure::Redis)
-                    }
-                },
-                |_, r| {
-                    match r {
-                        Ok(true) => recorded += 1,
-                        Ok(false) => {}
-                        Err(f) => {
-                            first_failure.get_or_insert(f);
-                        }
-                    }
-                    false
-                },
-            )
-            .await;
+            recorded += self
+                .raise_behind(&keys, fence, behind, limit, &mut first_failure)
+                .await;
             if recorded < quorum {
                 return Err(no_quorum(recorded, first_failure));
             }
@@ -1000,6 +904,25 @@ impl Store for RedlockStore {
         })
     }
 
+    /// note.lua on every master at once; written when a majority held our token and wrote it (the
+    /// masters that answer later write it too, where the lock is ours).
+    async fn write_note(&self, held: &Held<'_>, note: &[u8]) -> Result<bool> {
+        let retention = self.inner.retention;
+        self.vote(Phase::Note, std::slice::from_ref(held), |k, h| {
+            scripts::note(k, h.token, note, retention)
+        })
+        .await
+        .pop()
+        .unwrap_or(Ok(false))
+    }
+
+    /// read_note.lua on every master; the note a majority of the masters keep, else `None` (no
+    /// note, or the masters disagree: the last writer reached only some of them). Needs a
+    /// majority to answer.
+    async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.read_notes(name).await
+    }
+
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
         self.inspect_keys(names).await
     }
@@ -1007,76 +930,7 @@ impl Store for RedlockStore {
     /// `SCAN` on every master that answers (a majority must), the union of the names, then
     /// [`Store::inspect`].
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
-        let n = self.n();
-        let quorum = self.quorum();
-        let limit = self.inner.response_timeout;
-        let tag_start = format!("{{{}:", self.inner.prefix);
-        let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
-        let (tag_start, matcher): (Arc<str>, Arc<str>) = (tag_start.into(), matcher.into());
-        let mut names = BTreeSet::new();
-        let mut answered = 0;
-        let mut first_failure = None;
-        self.fan_out(
-            0..n,
-            |i, inner| {
-                let (tag_start, matcher) = (tag_start.clone(), matcher.clone());
-                async move {
-                    let node = &inner.nodes[i];
-                    let mut found = Vec::new();
-                    let mut cursor: u64 = 0;
-                    loop {
-                        let mut cmd = redis::cmd("SCAN");
-                        cmd.arg(cursor)
-                            .arg("MATCH")
-                            .arg(&*matcher)
-                            .arg("COUNT")
-                            .arg(1000);
-                        let (next, keys): (u64, Vec<String>) = node.query(&cmd, limit).await?;
-                        for key in keys {
-                            let Some(rest) = key.strip_prefix(&*tag_start) else {
-                                continue;
-                            };
-                            let name = rest
-                                .strip_suffix("}:lock")
-                                .or_else(|| rest.strip_suffix("}:rl-fence"));
-                            if let Some(name) =
-                                name.filter(|n| crate::lease::names::validate_name(n).is_ok())
-                            {
-                                found.push(name.to_owned());
-                            }
-                        }
-                        cursor = next;
-                        if cursor == 0 {
-                            return Ok(found);
-                        }
-                    }
-                }
-            },
-            |_, r: std::result::Result<Vec<String>, Failure>| {
-                match r {
-                    Ok(found) => {
-                        answered += 1;
-                        names.extend(found);
-                    }
-                    Err(f) => {
-                        first_failure.get_or_insert(f);
-                    }
-                }
-                false
-            },
-        )
-        .await;
-        if answered < quorum {
-            return Err(Error::NoQuorum {
-                phase: Phase::Inspect,
-                answered,
-                needed: quorum,
-                nodes: n,
-                source: first_failure.map(|f| Box::new(f.to_error(Phase::Inspect))),
-            });
-        }
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        self.inspect_keys(&names).await
+        self.list_names(pattern).await
     }
 }
 

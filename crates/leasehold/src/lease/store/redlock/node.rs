@@ -16,58 +16,11 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 use tokio::time::Instant;
 
-use crate::error::{Error, Phase, Result};
+use super::errors::Failure;
+use crate::error::{Error, Result};
 use crate::lease::store::redis::conn::{BlockingPool, Counted, Nodes, Route, Shared};
 use crate::lease::store::Settings;
-
-/// Why one master gave no answer, kept cheap to copy into every item of a batch it failed.
-#[derive(Debug, Clone)]
-pub(crate) enum Failure {
-    /// The driver or the server failed.
-    Redis(redis::RedisError),
-    /// No answer within the bound.
-    Timeout(Duration),
-    /// Not usable: never reached since the store opened, or refused (replica, duplicate).
-    Unusable(Arc<str>),
-}
-
-impl Failure {
-    /// The crate error for this failure during `phase`.
-    pub(crate) fn to_error(&self, phase: Phase) -> Error {
-        match self {
-            Failure::Redis(e) => Error::Redis {
-                phase,
-                source: e.clone(),
-            },
-            Failure::Timeout(after) => Error::Timeout {
-                phase,
-                after: *after,
-            },
-            Failure::Unusable(why) => Error::Redis {
-                phase,
-                source: redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "redlock master not usable",
-                    why.to_string(),
-                )),
-            },
-        }
-    }
-
-    /// Whether the connection to the master itself failed (as opposed to the master answering an
-    /// error for one request).
-    fn is_transport(&self) -> bool {
-        match self {
-            Failure::Redis(e) => {
-                e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || e.is_timeout()
-            }
-            Failure::Timeout(_) | Failure::Unusable(_) => true,
-        }
-    }
-}
+use crate::url::StoreUrl;
 
 /// What `INFO server` and `ROLE` say a server is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +29,8 @@ pub(crate) struct Identity {
     pub(crate) run_id: String,
     /// `ROLE`'s first element: `master`, `slave`, `sentinel`.
     pub(crate) role: String,
+    /// Its memory policy and the rest `INFO` says.
+    pub(crate) facts: crate::lease::store::redis::health::NodeFacts,
 }
 
 /// Whether a master may be used yet.
@@ -135,9 +90,9 @@ pub(crate) async fn bounded<T>(
 
 /// A `redis::Client` for `url`, with TLS set up as the single-server store does. A malformed URL is
 /// [`Error::Invalid`] naming it (without its password).
-fn client(url: &str, tls_root_ca_pem: Option<&[u8]>) -> Result<redis::Client> {
-    let location = crate::url::redact(url);
-    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+fn client(url: &StoreUrl, tls_root_ca_pem: Option<&[u8]>) -> Result<redis::Client> {
+    let location = url.redacted();
+    if !matches!(url.scheme(), "redis" | "rediss") {
         return Err(Error::invalid(
             "redis url",
             format!(
@@ -145,35 +100,20 @@ fn client(url: &str, tls_root_ca_pem: Option<&[u8]>) -> Result<redis::Client> {
             ),
         ));
     }
-    let tls = url.starts_with("rediss://");
-    let client = redis::Client::open(url).map_err(|e| {
-        Error::invalid(
-            "redis url",
-            format!(
-                "`{location}` was refused ({}); use redis://[user:password@]host[:port][/db] or rediss://... for TLS",
-                e.detail().unwrap_or("malformed")
-            ),
-        )
-    })?;
+    let tls = url.scheme() == "rediss";
+    let client = crate::lease::store::redis::node::open_client(url)?;
     if tls {
-        // rustls needs one process-wide crypto provider; an application may have installed its own.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::lease::store::redis::node::prepare_tls(location)?;
     }
     match tls_root_ca_pem {
         None => Ok(client),
-        Some(pem) if tls => redis::Client::build_with_tls(
-            url,
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.to_vec()),
-            },
-        )
-        .map_err(|e| {
-            Error::invalid(
-                "tls root certificate",
-                format!("it was refused ({e}); give PEM-encoded certificate(s)"),
-            )
-        }),
+        Some(pem) if tls => crate::lease::store::redis::node::client_trusting(url.expose(), pem)
+            .map_err(|e| {
+                Error::invalid(
+                    "tls root certificate",
+                    format!("it was refused ({e}); give PEM-encoded certificate(s)"),
+                )
+            }),
         // Several masters may mix TLS and plain connections; the roots apply to the TLS ones.
         Some(_) => Ok(client),
     }
@@ -182,8 +122,8 @@ fn client(url: &str, tls_root_ca_pem: Option<&[u8]>) -> Result<redis::Client> {
 impl Node {
     /// A master for `url`, not yet contacted: its connection opens on first use. Only the URL is
     /// checked here.
-    pub(crate) fn new(url: &str, settings: &Settings) -> Result<Node> {
-        let location: Arc<str> = crate::url::redact(url).into();
+    pub(crate) fn new(url: &StoreUrl, settings: &Settings) -> Result<Node> {
+        let location: Arc<str> = url.redacted().into();
         let client = client(url, settings.tls_root_ca_pem.as_deref())?;
         let count = Arc::new(AtomicU64::new(0));
         let config = ConnectionManagerConfig::new()
@@ -244,6 +184,21 @@ impl Node {
         )
     }
 
+    /// The master's memory policy and evicted keys as `INFO` says them now, bounded by `limit`:
+    /// `None` for a master not checked yet, refused, or not answering (a look skips it).
+    pub(crate) async fn look(
+        &self,
+        limit: Duration,
+    ) -> Option<crate::lease::store::redis::health::NodeFacts> {
+        if !self.is_ready() {
+            return None;
+        }
+        let mut con = self.shared.clone();
+        bounded(limit, crate::lease::store::redis::health::facts(&mut con))
+            .await
+            .ok()
+    }
+
     /// Asks the server what it is: `PING` (refused without valid credentials), `INFO server`
     /// (`run_id`) and `ROLE`, and loads the scripts, in one pipeline.
     pub(crate) async fn identify(&self, limit: Duration) -> std::result::Result<Identity, Failure> {
@@ -251,7 +206,8 @@ impl Node {
         let mut pipe = redis::pipe();
         pipe.cmd("PING").ignore();
         super::scripts::load_all(&mut pipe);
-        pipe.cmd("INFO").arg("server").cmd("ROLE");
+        // The default sections: `run_id` (server), and the memory policy (`health`).
+        pipe.cmd("INFO").cmd("ROLE");
         let (info, role): (String, Vec<Value>) = bounded(limit, pipe.query_async(&mut con))
             .await
             .inspect_err(|f| self.mark(f))?;
@@ -266,7 +222,12 @@ impl Node {
             Some(Value::SimpleString(s)) => s.clone(),
             _ => String::new(),
         };
-        Ok(Identity { run_id, role })
+        let facts = crate::lease::store::redis::health::NodeFacts::parse(&info);
+        Ok(Identity {
+            run_id,
+            role,
+            facts,
+        })
     }
 
     /// Marks the master ready with `run_id`.

@@ -11,6 +11,7 @@ use leasehold_testkit::{Proxy, RedisServer};
 
 use super::*;
 use crate::lease::options::LeaseOptions;
+use crate::lease::store::Settings;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -42,9 +43,11 @@ impl Masters {
             let addr = format!("127.0.0.1:{}", s.port()).parse().unwrap();
             proxies.push(Proxy::start(addr).await.unwrap());
         }
-        let urls: Vec<String> = proxies
+        let urls: Vec<crate::url::StoreUrl> = proxies
             .iter()
-            .map(|p| format!("redis://127.0.0.1:{}/", p.port()))
+            .map(|p| {
+                crate::url::StoreUrl::parse(&format!("redis://127.0.0.1:{}/", p.port())).unwrap()
+            })
             .collect();
         let store = RedlockStore::connect_with_rule(
             &urls,
@@ -54,6 +57,7 @@ impl Masters {
                 connect_timeout: ms(300),
                 tls_root_ca_pem: None,
                 retention: crate::lease::store::DEFAULT_RETENTION,
+                allow_eviction: false,
             },
             rule,
         )
@@ -65,6 +69,18 @@ impl Masters {
     fn raw_get(&self, i: usize, key: &str) -> Option<String> {
         let mut con = self.servers[i].connection().unwrap();
         redis::cmd("GET").arg(key).query(&mut con).unwrap()
+    }
+
+    /// Waits until no master holds `key`: a release returns once a majority answered, and the
+    /// last master's delete may still be on the wire.
+    async fn wait_released_everywhere(&self, key: &str) {
+        for _ in 0..200 {
+            if (0..self.servers.len()).all(|i| self.raw_get(i, key).is_none()) {
+                return;
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+        panic!("{key} is still held on some master 2 s after its release");
     }
 }
 
@@ -171,6 +187,8 @@ async fn restart_between_holders(rule: FenceRule) -> (u64, u64) {
     let t0 = Try::new("job", ms(10_000));
     t0.grant(&v2.store).await;
     assert!(t0.release(&v2.store).await);
+    // Holder 1 below reaches only a and b: both must have seen the release, not just a majority.
+    m.wait_released_everywhere(&v2.store.keys("job").lock).await;
     v1.proxies[2].cut();
     let t1 = Try::new("job", ms(10_000));
     let f1 = t1.grant(&v1.store).await.fence.get();

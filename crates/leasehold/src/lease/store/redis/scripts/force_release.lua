@@ -7,6 +7,11 @@
 -- holder)
 -- Returns {evicted (0/1), fence}. Run twice (the same id), it returns the first result and does not
 -- evict the waiter the first run handed the lock to.
+-- Nothing leasehold did not write is deleted: a key of another type or format stops it first.
+local foreign, found = foreign_key()
+if foreign then
+  return refuse_foreign(foreign, found)
+end
 local op = ARGV[1]
 local last = redis.call('GET', forced_key)
 if last then

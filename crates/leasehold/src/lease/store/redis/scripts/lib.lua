@@ -1,5 +1,6 @@
--- lib.lua: prepended to every lease script (scripts/mod.rs joins them at compile time), so that the
--- key names, the server clock, the fence rule, the waiter queue and the hand-over are written once.
+-- lib.lua: prepended to every lease script (scripts/mod.rs joins them at compile time, after
+-- fence.lua), so that the key names, the waiter queue and the hand-over are written once (the server
+-- clock and the fence rule are fence.lua's).
 --
 -- KEYS[1] is the name's lock key `{prefix:name}:lock`. Every other key of the name shares its hash
 -- tag and is derived here (keys.rs names the same keys for Rust, and a test checks both agree), so a
@@ -18,6 +19,8 @@ local forced_key = base .. 'forced'
 local permits_key = base .. 'permits'
 local holders_key = base .. 'holders'
 local held_key = base .. 'held'
+-- A note its holder wrote beside the lock (note.lua, which names it on its own).
+local note_key = base .. 'note'
 
 -- KEYS[2], when given, is `{prefix:name}:never`, a key that never exists. It is there for Redis
 -- Cluster: while the name's slot is being migrated, a script that reached a key the node no longer
@@ -35,15 +38,8 @@ local function released_permit_key(token)
   return base .. 'released:' .. token
 end
 
--- The server's clock, read once per script (microseconds since 1970 are ~2^51: exact in a Lua double).
-local clock_us
-local function now_us()
-  if not clock_us then
-    local t = redis.call('TIME')
-    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return clock_us
-end
+-- The server's clock (`now_us`) and the fence rule (`fence_after`) are fence.lua's, joined in before
+-- this file.
 local function now_ms()
   return math.floor(now_us() / 1000)
 end
@@ -55,16 +51,54 @@ local function keep(key, ms)
   end
 end
 
--- fence = max(stored + 1, server time in microseconds): strictly above the stored value, and above
--- every fence issued before the key was lost (a restart or failover, or the retention passed) as long
--- as the server clock has not stepped back by more than the time since. `%d` keeps the number out of
--- exponent notation.
-local function next_fence(retention_ms)
-  local stored = tonumber(redis.call('GET', fence_key) or '0') or 0
-  local fence = stored + 1
-  if now_us() > fence then
-    fence = now_us()
+-- A key under the name that holds something leasehold did not write there: the script stops before
+-- writing anything, with an error the client reads (errors.rs) as the key and what it holds.
+local function refuse_foreign(key, found)
+  return error({err = 'LEASEHOLD-FOREIGN ' .. key .. '|' .. found})
+end
+
+-- A counter key (the fence, a semaphore's permits): nil when absent, its number when it holds one,
+-- else the script stops (a fence that is not a number is never read as 0 and overwritten).
+local function stored_number(key)
+  local v = redis.call('GET', key)
+  if not v then
+    return nil
   end
+  if not string.match(v, '^%d+$') then
+    refuse_foreign(key, 'the string `' .. string.sub(v, 1, 40) .. '`, where leasehold keeps a number')
+  end
+  return tonumber(v)
+end
+
+-- The first key of the name that is not of the type (or, for the counters, the format) leasehold
+-- keeps there, and what it holds; nil when every key is leasehold's or absent. One TYPE per key: for
+-- the operator's paths (forced release, status), never on the acquire path, where Redis's own
+-- WRONGTYPE stops a script before it writes.
+local function foreign_key()
+  local expected = {
+    {lock_key, 'string'}, {fence_key, 'string'}, {queue_key, 'zset'}, {waiters_key, 'hash'},
+    {gone_key, 'zset'}, {released_key, 'string'}, {forced_key, 'string'},
+    {permits_key, 'string'}, {holders_key, 'zset'}, {held_key, 'hash'}, {note_key, 'string'},
+  }
+  for _, e in ipairs(expected) do
+    local t = redis.call('TYPE', e[1])['ok']
+    if t ~= 'none' and t ~= e[2] then
+      return e[1], 'a ' .. t .. ', where leasehold keeps a ' .. e[2]
+    end
+  end
+  for _, key in ipairs({fence_key, permits_key}) do
+    local v = redis.call('GET', key)
+    if v and not string.match(v, '^%d+$') then
+      return key, 'the string `' .. string.sub(v, 1, 40) .. '`, where leasehold keeps a number'
+    end
+  end
+  return nil
+end
+
+-- The next holder's fence by fence.lua's rule, floored at the server clock, stored for the
+-- retention. `%d` keeps the number out of exponent notation.
+local function next_fence(retention_ms)
+  local fence = fence_after(stored_number(fence_key) or 0, nil, true)
   redis.call('SET', fence_key, string.format('%d', fence), 'PX', retention_ms)
   return fence
 end
@@ -169,7 +203,7 @@ end
 -- Hands every free permit to the queue, in order. Returns the permits still free and whether
 -- `token` got one (with its fence and first TTL).
 local function fill_permits(token, linger_ms, retention_ms)
-  local n = tonumber(redis.call('GET', permits_key) or '0') or 0
+  local n = stored_number(permits_key) or 0
   local free = n - prune_holders()
   local mine
   while free > 0 and redis.call('EXISTS', queue_key) == 1 do
@@ -189,12 +223,12 @@ end
 -- use as one (a stale count is then dropped, so that the name may be used as a lock or with another
 -- number of permits).
 local function semaphore_in_use()
-  local stored = redis.call('GET', permits_key)
+  local stored = stored_number(permits_key)
   if not stored then
     return nil
   end
   if prune_holders() > 0 or redis.call('EXISTS', queue_key) == 1 then
-    return tonumber(stored)
+    return stored
   end
   redis.call('DEL', permits_key, holders_key, held_key)
   return nil

@@ -1,7 +1,8 @@
 //! The lease's Lua scripts, one `.lua` file each, each behind one typed function. Scripts run as
 //! `EVALSHA`, reloaded automatically when the server answers `NOSCRIPT` (after a restart or failover).
 //!
-//! Every script but renew begins with `lib.lua` (joined at compile time with `concat!`, not built by
+//! Every script but renew begins with `fence.lua` (the server clock and the fence rule, which
+//! Redlock's scripts begin with too) and `lib.lua` (joined at compile time with `concat!`, not built by
 //! formatting): the derived key names, the server clock, the fence rule, the waiter queue and the
 //! hand-over are written once, so the rule that hands a lock to the next waiter cannot differ between
 //! the release, the abandon and the acquire that finds an expired lock.
@@ -18,15 +19,48 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, ScriptInvocation, Value};
 
-const ACQUIRE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("acquire.lua"));
-const RELEASE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("release.lua"));
-const ABANDON_LUA: &str = concat!(include_str!("lib.lua"), include_str!("abandon.lua"));
-const FORCE_RELEASE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("force_release.lua"));
+const ACQUIRE_LUA: &str = concat!(
+    include_str!("fence.lua"),
+    include_str!("lib.lua"),
+    include_str!("acquire.lua")
+);
+const RELEASE_LUA: &str = concat!(
+    include_str!("fence.lua"),
+    include_str!("lib.lua"),
+    include_str!("release.lua")
+);
+const ABANDON_LUA: &str = concat!(
+    include_str!("fence.lua"),
+    include_str!("lib.lua"),
+    include_str!("abandon.lua")
+);
+const FORCE_RELEASE_LUA: &str = concat!(
+    include_str!("fence.lua"),
+    include_str!("lib.lua"),
+    include_str!("force_release.lua")
+);
 /// Renewal is the one script on the path of every held lease, many times per TTL: it stays minimal.
 const RENEW_LUA: &str = include_str!("renew.lua");
-const SEM_ACQUIRE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("sem_acquire.lua"));
-const SEM_RELEASE_LUA: &str = concat!(include_str!("lib.lua"), include_str!("sem_release.lua"));
-const SEM_RENEW_LUA: &str = concat!(include_str!("lib.lua"), include_str!("sem_renew.lua"));
+const SEM_ACQUIRE_LUA: &str = concat!(
+    include_str!("fence.lua"),
+    include_str!("lib.lua"),
+    include_str!("sem_acquire.lua")
+);
+const SEM_RELEASE_LUA: &str = concat!(
+    include_str!("fence.lua"),
+    include_str!("lib.lua"),
+    include_str!("sem_release.lua")
+);
+const SEM_RENEW_LUA: &str = concat!(
+    include_str!("fence.lua"),
+    include_str!("lib.lua"),
+    include_str!("sem_renew.lua")
+);
+const CHECK_LUA: &str = concat!(
+    include_str!("fence.lua"),
+    include_str!("lib.lua"),
+    include_str!("check.lua")
+);
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
@@ -36,8 +70,14 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_LUA));
 static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_LUA));
 static SEM_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RENEW_LUA));
+static CHECK: LazyLock<Script> = LazyLock::new(|| Script::new(CHECK_LUA));
+/// Notes need neither the prelude nor the library: one compare and one write or read.
+const NOTE_LUA: &str = include_str!("note.lua");
+const READ_NOTE_LUA: &str = include_str!("read_note.lua");
+static NOTE: LazyLock<Script> = LazyLock::new(|| Script::new(NOTE_LUA));
+static READ_NOTE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_NOTE_LUA));
 /// Every script, for reloading a server's lost script cache.
-static ALL: [&LazyLock<Script>; 8] = [
+static ALL: [&LazyLock<Script>; 11] = [
     &ACQUIRE,
     &RELEASE,
     &ABANDON,
@@ -46,9 +86,12 @@ static ALL: [&LazyLock<Script>; 8] = [
     &SEM_ACQUIRE,
     &SEM_RELEASE,
     &SEM_RENEW,
+    &CHECK,
+    &NOTE,
+    &READ_NOTE,
 ];
 /// Every script's source, for loading them all in one pipeline.
-const ALL_LUA: [&str; 8] = [
+const ALL_LUA: [&str; 11] = [
     ACQUIRE_LUA,
     RELEASE_LUA,
     ABANDON_LUA,
@@ -57,6 +100,9 @@ const ALL_LUA: [&str; 8] = [
     SEM_ACQUIRE_LUA,
     SEM_RELEASE_LUA,
     SEM_RENEW_LUA,
+    CHECK_LUA,
+    NOTE_LUA,
+    READ_NOTE_LUA,
 ];
 
 /// The timings of the queue protocol. One value per store; tests shorten them.
@@ -135,6 +181,16 @@ pub(crate) enum AcquireReply {
 }
 
 impl AcquireReply {
+    /// The server's time the reply carries, in microseconds.
+    pub(crate) fn server_us(&self) -> Option<i64> {
+        match *self {
+            AcquireReply::Taken { server_us, .. } | AcquireReply::Busy { server_us, .. } => {
+                Some(server_us)
+            }
+            AcquireReply::GivenUp | AcquireReply::PermitsInUse { .. } => None,
+        }
+    }
+
     /// Reads acquire.lua's reply.
     pub(crate) fn from_value(v: RedisResult<Value>) -> RedisResult<Self> {
         let reply: Vec<i64> = redis::from_redis_value(v?)?;
@@ -282,7 +338,8 @@ pub(crate) fn abandon(lock_key: &str, token: &str, t: &Tuning) -> ScriptInvocati
 }
 
 /// renew.lua (a lock) or sem_renew.lua (a permit): reset its TTL to `ttl` if `token` holds it.
-/// Replies 1 when it was ours.
+/// Replies `{1, seconds, microseconds}` (the server's time) when it was ours, 0 when not
+/// ([`renewed`] reads it).
 pub(crate) fn renew(
     lock_key: &str,
     token: &str,
@@ -341,6 +398,42 @@ pub(crate) async fn invoke<C: ConnectionLike, T: redis::FromRedisValue>(
 /// Loads every script into the server's cache in one round trip: done on each new dedicated
 /// connection, so that a pipelined acquire + `BLPOP` is not answered `NOSCRIPT` after a restart (the
 /// `BLPOP` would block its whole time before the retry).
+/// check.lua: which key of the name holds something leasehold did not write (read-only).
+pub(crate) fn check(lock_key: &str) -> ScriptInvocation<'static> {
+    let mut inv = CHECK.prepare_invoke();
+    inv.key(lock_key);
+    inv
+}
+
+/// note.lua: write `note` beside the lock if `token` holds it, kept for `keep`. Replies 1 when it
+/// was ours ([`flag`] reads it).
+pub(crate) fn note(
+    lock_key: &str,
+    token: &str,
+    note: &[u8],
+    keep: Duration,
+) -> ScriptInvocation<'static> {
+    let mut inv = NOTE.prepare_invoke();
+    inv.key(lock_key).arg(token).arg(note).arg(ms(keep));
+    inv
+}
+
+/// read_note.lua: the note beside the lock, or nil.
+pub(crate) fn read_note(lock_key: &str) -> ScriptInvocation<'static> {
+    let mut inv = READ_NOTE.prepare_invoke();
+    inv.key(lock_key);
+    inv
+}
+
+/// check.lua's reply: the foreign key and what it holds, or `None`.
+pub(crate) fn foreign_of(v: Value) -> RedisResult<Option<(String, String)>> {
+    let reply: Vec<String> = redis::from_redis_value(v)?;
+    Ok(match <[String; 2]>::try_from(reply) {
+        Ok([key, found]) => Some((key, found)),
+        Err(_) => None,
+    })
+}
+
 pub(crate) async fn load_all<C: ConnectionLike>(con: &mut C) -> RedisResult<()> {
     let mut pipe = redis::pipe();
     for lua in ALL_LUA {
@@ -383,11 +476,28 @@ pub(crate) async fn pipeline<C: ConnectionLike>(
         .collect())
 }
 
-/// Reads a 0/1 reply (renew, release, abandon).
+/// Reads a 0/1 reply (release, abandon), or a renewal's (whether it was ours).
 pub(crate) fn flag(v: RedisResult<Value>) -> RedisResult<bool> {
-    redis::from_redis_value::<i64>(v?)
-        .map(|n| n == 1)
-        .map_err(Into::into)
+    renewed(v).map(|(ours, _)| ours)
+}
+
+/// Reads a renewal's reply: whether it was ours and, when it was, the server's time in microseconds.
+/// A plain 0/1 (an older renew.lua still cached under another SHA cannot be: the SHA is the source's)
+/// is read as well, without a time.
+pub(crate) fn renewed(v: RedisResult<Value>) -> RedisResult<(bool, Option<i64>)> {
+    match v? {
+        Value::Array(items) => {
+            let nums: Vec<i64> = redis::from_redis_value(Value::Array(items))?;
+            match *nums {
+                [1, secs, micros] => Ok((true, Some(secs * 1_000_000 + micros))),
+                [0] => Ok((false, None)),
+                _ => Err(bad_reply("renew", "not {1, seconds, microseconds} or 0")),
+            }
+        }
+        other => redis::from_redis_value::<i64>(other)
+            .map(|n| (n == 1, None))
+            .map_err(Into::into),
+    }
 }
 
 fn value_is_noscript(v: &Value) -> bool {

@@ -1,9 +1,13 @@
 -- renew: compare-and-pexpire.
 -- KEYS[1] lock
 -- ARGV[1] token, ARGV[2] ttl in milliseconds
--- Returns 1 when the lock held our token and its TTL was reset, 0 when it was not ours (left untouched).
+-- Returns {1, seconds, microseconds} (the server's TIME, read after the TTL was reset) when the lock
+-- held our token and its TTL was reset, 0 when it was not ours (left untouched). TIME comes after
+-- the write, which every Redis allows in a script; run twice, it resets the TTL twice and reads the
+-- clock twice: the same effect as once.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+local t = redis.call('TIME')
+return {1, tonumber(t[1]), tonumber(t[2])}

@@ -33,9 +33,14 @@ if redis.call('ZSCORE', gone_key, token) then
   return {2}
 end
 if redis.call('EXISTS', lock_key) == 1 then
+  -- In use as a lock, unless the key is not a lock at all (one TYPE, only on this path).
+  local t = redis.call('TYPE', lock_key)['ok']
+  if t ~= 'string' then
+    return refuse_foreign(lock_key, 'a ' .. t .. ', where leasehold keeps a string')
+  end
   return {3, 1}
 end
-local stored = tonumber(redis.call('GET', permits_key) or '0') or 0
+local stored = stored_number(permits_key) or 0
 local live = prune_holders()
 local queued = redis.call('EXISTS', queue_key) == 1
 if stored ~= permits then
@@ -43,7 +48,11 @@ if stored ~= permits then
     return {3, stored}
   end
   if stored == 0 and queued then
-    -- Waiters without a count are waiting for the name as a lock.
+    -- Waiters without a count are waiting for the name as a lock (if the queue is a queue).
+    local t = redis.call('TYPE', queue_key)['ok']
+    if t ~= 'zset' then
+      return refuse_foreign(queue_key, 'a ' .. t .. ', where leasehold keeps a zset')
+    end
     return {3, 1}
   end
   redis.call('SET', permits_key, permits, 'PX', life_ms)

@@ -36,20 +36,9 @@ if held then
   end
   return {0, pttl, string.sub(held, 1, 8)}
 end
+-- The rule is fence.lua's, shared with the single-server scripts.
 local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local fence = stored + 1
-local proposal = tonumber(ARGV[5]) or 0
-if proposal > fence then
-  fence = proposal
-end
-if ARGV[6] == '1' then
-  -- Microseconds since 1970 (~2^51) are exact in a Lua double.
-  local now = redis.call('TIME')
-  local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  if now_us > fence then
-    fence = now_us
-  end
-end
+local fence = fence_after(stored, tonumber(ARGV[5]) or 0, ARGV[6] == '1')
 local keep = tonumber(ARGV[7])
 if keep < tonumber(ARGV[2]) then
   keep = tonumber(ARGV[2])

@@ -7,18 +7,7 @@
 -- Returns {evicted (0/1), fence candidate}.
 local evicted = redis.call('DEL', KEYS[1])
 local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local fence = stored + 1
-local proposal = tonumber(ARGV[2]) or 0
-if proposal > fence then
-  fence = proposal
-end
-if ARGV[3] == '1' then
-  local now = redis.call('TIME')
-  local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  if now_us > fence then
-    fence = now_us
-  end
-end
+local fence = fence_after(stored, tonumber(ARGV[2]) or 0, ARGV[3] == '1')
 local keep = tonumber(ARGV[4])
 local left = redis.call('PTTL', KEYS[2])
 if left > keep then

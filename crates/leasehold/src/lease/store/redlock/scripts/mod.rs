@@ -15,13 +15,25 @@ use super::keys::RedlockKeys;
 /// Every script's source, loaded together (one `SCRIPT LOAD` pipeline) when a master is first
 /// checked and whenever one answers `NOSCRIPT` (after a restart): all or none, never a master that
 /// knows the acquire but not the release that undoes it.
-const SOURCES: [&str; 6] = [
-    include_str!("acquire.lua"),
+/// The two that mint a fence (acquire, force_release) begin with the Redis scripts' `fence.lua`, the
+/// server clock and the fence rule written once for both stores.
+/// The notes are the single-server store's own scripts (one compare and one write or read of
+/// `{<prefix>:<name>}:note`, the same key on a master either store uses).
+const SOURCES: [&str; 8] = [
+    concat!(
+        include_str!("../../redis/scripts/fence.lua"),
+        include_str!("acquire.lua")
+    ),
     include_str!("confirm.lua"),
     include_str!("renew.lua"),
     include_str!("release.lua"),
-    include_str!("force_release.lua"),
+    concat!(
+        include_str!("../../redis/scripts/fence.lua"),
+        include_str!("force_release.lua")
+    ),
     include_str!("raise.lua"),
+    include_str!("../../redis/scripts/note.lua"),
+    include_str!("../../redis/scripts/read_note.lua"),
 ];
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[0]));
@@ -30,6 +42,8 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[2]));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[3]));
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[4]));
 static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[5]));
+static NOTE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[6]));
+static READ_NOTE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[7]));
 
 /// Adds `SCRIPT LOAD` of every script to `pipe`, each reply ignored.
 pub(crate) fn load_all(pipe: &mut redis::Pipeline) {
@@ -195,6 +209,26 @@ pub(crate) fn confirm(
 pub(crate) fn renew(keys: &RedlockKeys, token: &str, ttl: Duration) -> ScriptInvocation<'static> {
     let mut inv = RENEW.prepare_invoke();
     inv.key(&keys.lock).arg(token).arg(ms(ttl));
+    inv
+}
+
+/// note.lua: write `note` beside the lock if it holds `token`, kept for `keep`. Replies 1 when it
+/// was ours.
+pub(crate) fn note(
+    keys: &RedlockKeys,
+    token: &str,
+    note: &[u8],
+    keep: Duration,
+) -> ScriptInvocation<'static> {
+    let mut inv = NOTE.prepare_invoke();
+    inv.key(&keys.lock).arg(token).arg(note).arg(ms(keep));
+    inv
+}
+
+/// read_note.lua: the note beside the lock on this master, or nil.
+pub(crate) fn read_note(keys: &RedlockKeys) -> ScriptInvocation<'static> {
+    let mut inv = READ_NOTE.prepare_invoke();
+    inv.key(&keys.lock);
     inv
 }
 

@@ -1,14 +1,18 @@
 //! The results as a terminal table and as an HTML page with SVG timelines of who held the lease when.
 //!
 //! Limit: the timelines draw the holders' own account of their intervals (the lock keeps no history);
-//! the writes and their violations on it come from the resource's history.
+//! the writes and their violations on it come from the resource's history. The timelines' SVG is
+//! `svg.rs`.
+
+mod svg;
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::cell::{CellResult, CellStatus, Timeline};
-use super::checker::Interval;
-use super::{Fault, Strategy, Workload};
+use super::cell::{CellResult, CellStatus};
+use super::strategy::Strategy;
+use super::{Fault, Workload};
+use svg::{esc, svg};
 
 fn cell_text(r: &CellResult) -> (String, String, String, String) {
     match r.status {
@@ -121,234 +125,6 @@ pub(crate) fn totals(results: &[CellResult], wall: Duration) -> String {
     )
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-const SLOT_COLORS: &[&str] = &[
-    "#3b73b9", "#2e9c6a", "#9a5ec4", "#c98a1b", "#1b9bb0", "#b0541b",
-];
-
-/// The SVG picture of one cell: one row per worker, its lease intervals as bars, the overlaps in
-/// red, the fault windows hatched, accepted writes as ticks (red when they broke the invariant),
-/// refused stale writes as crosses.
-pub(crate) fn svg(t: &Timeline) -> String {
-    let width = 960.0;
-    let left = 70.0;
-    let right = 20.0;
-    let row_h = 34.0;
-    let top = 24.0;
-    let height = top + row_h * t.slots as f64 + 34.0;
-    let span = (t.end_ms - t.start_ms).max(1) as f64;
-    let x = |ms: i64| {
-        left + (ms - t.start_ms).clamp(0, t.end_ms - t.start_ms) as f64 / span
-            * (width - left - right)
-    };
-    let row_y = |slot: i64| top + row_h * slot as f64;
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" font-family="sans-serif" font-size="11">"#
-    );
-    s.push_str(r##"<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#999" fill-opacity="0.45"/></pattern></defs>"##);
-    for slot in 0..t.slots {
-        let y = row_y(slot as i64);
-        let _ = write!(
-            s,
-            r##"<text x="4" y="{}" fill="#333">worker {slot}</text><line x1="{left}" x2="{}" y1="{}" y2="{}" stroke="#ddd"/>"##,
-            y + 17.0,
-            width - right,
-            y + row_h - 2.0,
-            y + row_h - 2.0
-        );
-    }
-    for f in &t.faults {
-        let y = row_y(f.slot as i64);
-        let _ = write!(
-            s,
-            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="url(#hatch)" stroke="#777" stroke-dasharray="3,2"><title>{} injected on worker {}</title></rect><text x="{:.1}" y="{:.1}" fill="#555">{}</text>"##,
-            x(f.start_ms),
-            y + 2.0,
-            (x(f.end_ms) - x(f.start_ms)).max(2.0),
-            row_h - 6.0,
-            esc(&f.label),
-            f.slot,
-            x(f.start_ms) + 2.0,
-            y + 12.0,
-            esc(&f.label)
-        );
-    }
-    // Holds, overlaps and writes less than a pixel apart are drawn as one: a full run's cell has
-    // thousands of each, far below what a pixel can show, and drawn one by one they made a page of
-    // tens of megabytes.
-    let gap = ((span / (width - left - right)) as i64).max(1);
-    for slot in 0..t.slots {
-        let y = row_y(slot as i64);
-        let color = SLOT_COLORS[slot as usize % SLOT_COLORS.len()];
-        let mine: Vec<&Interval> = t.intervals.iter().filter(|iv| iv.slot == slot).collect();
-        for run in merge(mine.iter().map(|iv| (iv.start_ms, iv.end_ms)), gap) {
-            let what = if run.count == 1 {
-                let fence = mine
-                    .iter()
-                    .find(|iv| iv.start_ms == run.start)
-                    .map(|iv| iv.fence)
-                    .filter(|f| *f > 0)
-                    .map(|f| format!(", fence {f}"))
-                    .unwrap_or_default();
-                format!(
-                    "held the lease {}–{} ms{fence}",
-                    run.start - t.start_ms,
-                    run.end - t.start_ms
-                )
-            } else {
-                format!(
-                    "held the lease {} times between {} and {} ms",
-                    run.count,
-                    run.start - t.start_ms,
-                    run.end - t.start_ms
-                )
-            };
-            let _ = write!(
-                s,
-                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="12" fill="{color}" fill-opacity="0.75"><title>worker {slot} {what}</title></rect>"#,
-                x(run.start),
-                y + 14.0,
-                (x(run.end) - x(run.start)).max(1.0),
-            );
-        }
-    }
-    for run in merge(t.overlaps.iter().copied(), gap) {
-        let _ = write!(
-            s,
-            r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#e0302a" fill-opacity="0.28"><title>two holders at once</title></rect>"##,
-            x(run.start),
-            (x(run.end) - x(run.start)).max(1.5),
-            row_h * t.slots as f64
-        );
-    }
-    for slot in 0..t.slots as i64 {
-        let y = row_y(slot);
-        // Accepted writes: one path of ticks per worker, one tick per pixel column.
-        let mut columns: Vec<i64> = t
-            .writes
-            .iter()
-            .filter(|&&(_, writer, bad)| writer == slot && !bad)
-            .map(|&(at, _, _)| x(at).round() as i64)
-            .collect();
-        columns.sort_unstable();
-        columns.dedup();
-        if !columns.is_empty() {
-            let mut d = String::new();
-            for cx in &columns {
-                let _ = write!(d, "M{cx} {:.0}V{:.0}", y + 22.0, y + 30.0);
-            }
-            let _ = write!(
-                s,
-                r##"<path d="{d}" stroke="#2a8a2a" stroke-width="1"><title>accepted writes</title></path>"##
-            );
-        }
-    }
-    for &(at, writer, bad) in &t.writes {
-        if !bad {
-            continue;
-        }
-        let _ = write!(
-            s,
-            r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="#d0201a" stroke-width="2.5"><title>accepted write that broke the invariant</title></line>"##,
-            x(at),
-            row_y(writer) + 14.0,
-            row_y(writer) + 30.0,
-        );
-    }
-    for &(a, b, slot) in &t.stalls {
-        let y = row_y(slot as i64);
-        let _ = write!(
-            s,
-            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="6" fill="#e08a00" fill-opacity="0.8"><title>worker {slot} waited {} ms for a lock nobody freed</title></rect>"##,
-            x(a),
-            y + 4.0,
-            (x(b) - x(a)).max(1.5),
-            b - a
-        );
-    }
-    for &(at, slot, fence) in &t.refusals {
-        let y = row_y(slot as i64) + 20.0;
-        let cx = x(at);
-        let _ = write!(
-            s,
-            r##"<g stroke="#000" stroke-width="2.2"><line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}"/><line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}"/><title>stale write refused (fence {fence})</title></g>"##,
-            cx - 5.0,
-            y - 5.0,
-            cx + 5.0,
-            y + 5.0,
-            cx - 5.0,
-            y + 5.0,
-            cx + 5.0,
-            y - 5.0
-        );
-    }
-    let axis_y = top + row_h * t.slots as f64 + 14.0;
-    let total = t.end_ms - t.start_ms;
-    let step = [100, 250, 500, 1000, 2000, 5000, 10_000]
-        .into_iter()
-        .find(|s| total / s <= 12)
-        .unwrap_or(20_000);
-    let mut tick = 0;
-    while tick <= total {
-        let _ = write!(
-            s,
-            r##"<text x="{:.1}" y="{axis_y}" fill="#666" text-anchor="middle">{}</text>"##,
-            x(t.start_ms + tick),
-            if step >= 1000 {
-                format!("{}s", tick / 1000)
-            } else {
-                format!("{:.1}s", tick as f64 / 1000.0)
-            }
-        );
-        tick += step;
-    }
-    if !t.uses_lock {
-        let _ = write!(
-            s,
-            r##"<text x="{left}" y="{}" fill="#666">no lock: only the writes and what the database refused</text>"##,
-            axis_y + 14.0
-        );
-    }
-    s.push_str("</svg>");
-    s
-}
-
-/// Spans merged where less than `gap` apart, with how many went into each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Run {
-    start: i64,
-    end: i64,
-    count: usize,
-}
-
-fn merge(spans: impl Iterator<Item = (i64, i64)>, gap: i64) -> Vec<Run> {
-    let mut spans: Vec<(i64, i64)> = spans.collect();
-    spans.sort_unstable();
-    let mut runs: Vec<Run> = Vec::new();
-    for (start, end) in spans {
-        match runs.last_mut() {
-            Some(last) if start <= last.end + gap => {
-                last.end = last.end.max(end);
-                last.count += 1;
-            }
-            _ => runs.push(Run {
-                start,
-                end,
-                count: 1,
-            }),
-        }
-    }
-    runs
-}
-
 fn badge(r: &CellResult) -> String {
     if r.status == CellStatus::Ran && r.stalled() {
         return format!(
@@ -385,9 +161,17 @@ fn badge(r: &CellResult) -> String {
 
 /// The whole HTML page.
 pub(crate) fn html(results: &[CellResult], command: &str, wall: Duration) -> String {
-    use clap::ValueEnum as _;
-    let failed: Vec<&CellResult> = results.iter().filter(|r| r.broke_a_promise()).collect();
     let mut p = String::new();
+    page_head(&mut p);
+    verdict(&mut p, results, command, wall);
+    matrix(&mut p, results);
+    timelines(&mut p, results);
+    all_cells(&mut p, results);
+    p.push_str("</table></body></html>\n");
+    p
+}
+
+fn page_head(p: &mut String) {
     p.push_str(r##"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>leasehold verify</title><style>
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{margin:0 0 4px 0;font-size:26px} h2{margin-top:28px;font-size:19px} h3{font-size:15px;margin:14px 0 4px}
@@ -400,6 +184,12 @@ td.name{text-align:left;font-family:monospace} .legend span{margin-right:16px;fo
 details{margin:4px 0} summary{cursor:pointer;font-family:monospace}
 code{background:#f3f3f3;padding:1px 4px}
 </style></head><body>"##);
+}
+
+/// The command, the totals, the verdict and how to read the numbers.
+fn verdict(p: &mut String, results: &[CellResult], command: &str, wall: Duration) {
+    let failed: Vec<&CellResult> = results.iter().filter(|r| r.broke_a_promise()).collect();
+
     let _ = write!(
         p,
         "<h1>leasehold verify</h1><p><code>{}</code></p><p>{}.</p>",
@@ -418,7 +208,11 @@ code{background:#f3f3f3;padding:1px 4px}
         );
     }
     p.push_str("<p>Each number is the invariant violations counted from what the database accepted (its history table), not from what the workers claimed. Green: 0. Red: the strategy let bad data in. Orange, <i>+ stalled</i>: the lock stopped being free for anyone (a lock wait gave up, or the lock was held with no expiry), a liveness failure counted apart from the data. <b>safe</b> marks the strategies leasehold documents as safe by design (a lease or a Redlock lease whose fence the resource checks, database guards).</p>");
+}
 
+/// Per workload, a table of strategy × fault.
+fn matrix(p: &mut String, results: &[CellResult]) {
+    use clap::ValueEnum as _;
     let faults: Vec<Fault> = Fault::value_variants()
         .iter()
         .copied()
@@ -464,7 +258,10 @@ code{background:#f3f3f3;padding:1px 4px}
         }
         p.push_str("</table>");
     }
+}
 
+/// A timeline per cell that ran, the first and the counter's pause cells open.
+fn timelines(p: &mut String, results: &[CellResult]) {
     p.push_str("<h2>Timelines: who held the lease when</h2>");
     p.push_str(r##"<p class="legend"><span><span class="sw" style="background:#3b73b9"></span>a worker holding the lease (its own account)</span><span><span class="sw" style="background:#e0302a;opacity:.4"></span>two holders at once</span><span><span class="sw" style="background:repeating-linear-gradient(45deg,#999 0 3px,#fff 3px 6px)"></span>fault</span><span><span class="sw" style="background:#2a8a2a;width:3px"></span>accepted write</span><span><span class="sw" style="background:#d0201a;width:4px"></span>write that broke the invariant</span><span><b>✕</b> stale write refused by the fence</span><span><span class="sw" style="background:#e08a00"></span>a lock wait that gave up (stall)</span></p>"##);
     let mut first = true;
@@ -488,7 +285,10 @@ code{background:#f3f3f3;padding:1px 4px}
             svg(t)
         );
     }
+}
 
+/// Every cell with every number.
+fn all_cells(p: &mut String, results: &[CellResult]) {
     p.push_str("<h2>All cells</h2><table><tr><th>workload</th><th>fault</th><th>strategy</th><th>safe by design</th><th>operations</th><th>faults injected</th><th>violations</th><th>stalls</th><th>overlapping holders</th><th>accepted</th><th>refused stale</th><th>refused by guard</th><th>note</th></tr>");
     for r in results {
         let (ops, faults, _, overlaps) = cell_text(r);
@@ -505,38 +305,6 @@ code{background:#f3f3f3;padding:1px 4px}
             r.refused_stale,
             r.refused_by_guard,
             esc(&r.note)
-        );
-    }
-    p.push_str("</table></body></html>\n");
-    p
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spans_closer_than_the_gap_are_drawn_as_one() {
-        let runs = merge([(10, 20), (0, 5), (21, 30), (40, 50)].into_iter(), 2);
-        assert_eq!(
-            runs,
-            vec![
-                Run {
-                    start: 0,
-                    end: 5,
-                    count: 1
-                },
-                Run {
-                    start: 10,
-                    end: 30,
-                    count: 2
-                },
-                Run {
-                    start: 40,
-                    end: 50,
-                    count: 1
-                },
-            ]
         );
     }
 }

@@ -3,7 +3,8 @@
 //! Every business table has a trigger that appends to `history` in the same transaction as the write
 //! it records, with the database's own clock, the writer and the fence written with the row. The
 //! checker reads only this table, so a worker cannot claim a write the database did not accept.
-//! Limit: the history timestamps come from the database clock and the lease intervals from the
+//! The plain writes are here; the fenced strategies write through `fenced.rs` and the database
+//! guards through `guards.rs`, each over leasehold's own API. Limit: the history timestamps come from the database clock and the lease intervals from the
 //! workers' clocks; on one machine they agree, against a remote database they may be skewed.
 
 use std::time::Duration;
@@ -13,7 +14,11 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
 use sqlx::{Executor as _, Row as _};
 
-use super::{Strategy, Workload};
+use super::strategy::Strategy;
+use super::Workload;
+
+pub(crate) mod fenced;
+pub(crate) mod guards;
 
 /// Units of stock the inventory workload starts with: more than any run sells, so every sale is a
 /// write and an oversell shows as a sale that did not take a unit out of stock.
@@ -185,7 +190,7 @@ impl Resource {
             self.t("history"),
             d.serial()
         ));
-        let guards = strategy == Strategy::DbGuards;
+        let guards = strategy.guarded();
         let (table, event, item, old, new) = match workload {
             Workload::Counter => {
                 ddl.push(format!("CREATE TABLE {} (id BIGINT PRIMARY KEY, value BIGINT NOT NULL, writer BIGINT NOT NULL DEFAULT 0, fence BIGINT NOT NULL DEFAULT 0)", self.t("counter")));
@@ -279,7 +284,7 @@ impl Resource {
         }
         for statement in ddl {
             self.pool
-                .execute(statement.as_str())
+                .execute(sqlx::AssertSqlSafe(statement.as_str()))
                 .await
                 .with_context(|| format!("setting up the resource: {statement}"))?;
         }
@@ -291,7 +296,9 @@ impl Resource {
         if self.dialect == Dialect::Postgres {
             if let Some((schema, _)) = self.prefix.split_once('.') {
                 self.pool
-                    .execute(format!("DROP SCHEMA IF EXISTS {schema} CASCADE").as_str())
+                    .execute(sqlx::AssertSqlSafe(format!(
+                        "DROP SCHEMA IF EXISTS {schema} CASCADE"
+                    )))
                     .await?;
             }
         }
@@ -301,10 +308,10 @@ impl Resource {
 
     /// The history of accepted writes, in acceptance order.
     pub(crate) async fn history(&self) -> anyhow::Result<Vec<HistoryRow>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT seq, at_ms, item, old_val, new_val, writer, fence FROM {} ORDER BY seq",
             self.t("history")
-        ))
+        )))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -326,11 +333,11 @@ impl Resource {
     /// The next item of a queue whose items are `<prefix>N` strings in `column` of `table`: one past
     /// the highest done so far. Items are only ever taken in this order, so every lower one is done.
     async fn next_item(&self, table: &str, column: &str, prefix: &str) -> anyhow::Result<String> {
-        let next: i64 = sqlx::query_scalar(&format!(
+        let next: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT COALESCE(MAX(CAST(SUBSTR({column}, {}) AS BIGINT)), -1) + 1 FROM {}",
             prefix.len() + 1,
             self.t(table)
-        ))
+        )))
         .fetch_one(&self.pool)
         .await?;
         Ok(format!("{prefix}{next}"))
@@ -345,10 +352,10 @@ impl Resource {
     pub(crate) async fn read(&self, workload: Workload) -> anyhow::Result<Plan> {
         Ok(match workload {
             Workload::Counter => {
-                let read: i64 = sqlx::query_scalar(&format!(
+                let read: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                     "SELECT value FROM {} WHERE id = 1",
                     self.t("counter")
-                ))
+                )))
                 .fetch_one(&self.pool)
                 .await?;
                 Plan::Counter { read }
@@ -357,10 +364,10 @@ impl Resource {
                 request: self.next_item("orders", "request_id", "req-").await?,
             },
             Workload::Inventory => {
-                let read: i64 = sqlx::query_scalar(&format!(
+                let read: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                     "SELECT units FROM {} WHERE id = 1",
                     self.t("stock")
-                ))
+                )))
                 .fetch_one(&self.pool)
                 .await?;
                 if read > 0 {
@@ -370,33 +377,33 @@ impl Resource {
                 }
             }
             Workload::Transitions => {
-                let oldest: Option<(i64, String)> = sqlx::query_as(&format!(
+                let oldest: Option<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT id, state FROM {} WHERE state <> 'delivered' ORDER BY id LIMIT 1",
                     self.t("order_state")
-                ))
+                )))
                 .fetch_optional(&self.pool)
                 .await?;
                 let (order, from) = match oldest {
                     Some(found) => found,
                     None => {
                         // Every order is delivered: a new one arrives.
-                        let order: i64 = sqlx::query_scalar(&format!(
+                        let order: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                             "SELECT COALESCE(MAX(id), -1) + 1 FROM {}",
                             self.t("order_state")
-                        ))
+                        )))
                         .fetch_one(&self.pool)
                         .await?;
-                        sqlx::query(&format!(
+                        sqlx::query(sqlx::AssertSqlSafe(format!(
                             "INSERT INTO {} (id, state) VALUES ($1, 'created') ON CONFLICT (id) DO NOTHING",
                             self.t("order_state")
-                        ))
+                        )))
                         .bind(order)
                         .execute(&self.pool)
                         .await?;
-                        let from: String = sqlx::query_scalar(&format!(
+                        let from: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                             "SELECT state FROM {} WHERE id = $1",
                             self.t("order_state")
-                        ))
+                        )))
                         .bind(order)
                         .fetch_one(&self.pool)
                         .await?;
@@ -430,7 +437,7 @@ impl Resource {
         if matches!(plan, Plan::Skip) {
             return Ok(Outcome::Skipped);
         }
-        let guarded = strategy == Strategy::DbGuards;
+        let guarded = strategy.guarded();
         let mut tx = self.pool.begin().await?;
         let applied = match plan {
             Plan::Counter { read } => {
@@ -439,7 +446,10 @@ impl Resource {
                     "UPDATE {} SET value = $1, writer = $2, fence = $3 WHERE id = 1{cond}",
                     self.t("counter")
                 );
-                let mut q = sqlx::query(&sql).bind(read + 1).bind(writer).bind(fence);
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                    .bind(read + 1)
+                    .bind(writer)
+                    .bind(fence);
                 if guarded {
                     q = q.bind(*read);
                 }
@@ -451,10 +461,10 @@ impl Resource {
                 } else {
                     ""
                 };
-                sqlx::query(&format!(
+                sqlx::query(sqlx::AssertSqlSafe(format!(
                     "INSERT INTO {} (request_id, writer, fence) VALUES ($1, $2, $3){on_conflict}",
                     self.t("orders")
-                ))
+                )))
                 .bind(request)
                 .bind(writer)
                 .bind(fence)
@@ -472,7 +482,9 @@ impl Resource {
                         self.t("stock")
                     )
                 };
-                let mut q = sqlx::query(&sql).bind(writer).bind(fence);
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
+                    .bind(writer)
+                    .bind(fence);
                 if !guarded {
                     q = q.bind(read - 1);
                 }
@@ -484,7 +496,7 @@ impl Resource {
                     "UPDATE {} SET state = $1, writer = $2, fence = $3 WHERE id = $4{cond}",
                     self.t("order_state")
                 );
-                let mut q = sqlx::query(&sql)
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
                     .bind(to)
                     .bind(writer)
                     .bind(fence)
@@ -494,39 +506,7 @@ impl Resource {
                 }
                 q.execute(&mut *tx).await?.rows_affected() == 1
             }
-            Plan::Apply { message } => {
-                let first = if guarded {
-                    sqlx::query(&format!(
-                        "INSERT INTO {} (message_id) VALUES ($1) ON CONFLICT (message_id) DO NOTHING",
-                        self.t("inbox")
-                    ))
-                    .bind(message)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
-                        == 1
-                } else {
-                    true
-                };
-                if first {
-                    sqlx::query(&format!(
-                        "UPDATE {} SET balance = balance + 10 WHERE id = 1",
-                        self.t("account")
-                    ))
-                    .execute(&mut *tx)
-                    .await?;
-                    sqlx::query(&format!(
-                        "INSERT INTO {} (message_id, writer, fence) VALUES ($1, $2, $3)",
-                        self.t("applied")
-                    ))
-                    .bind(message)
-                    .bind(writer)
-                    .bind(fence)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                first
-            }
+            Plan::Apply { message } => self.apply(&mut tx, message, guarded, writer, fence).await?,
             Plan::Skip => unreachable!("handled above"),
         };
         if applied {
@@ -537,265 +517,47 @@ impl Resource {
             Ok(Outcome::Guarded)
         }
     }
-}
 
-/// The fenced strategies' writes (`Strategy::fenced`), through leasehold's own fenced transactions
-/// ([`leasehold::db::Database::begin_fenced`]): the fence is checked and stored first thing in the
-/// transaction that carries the business write.
-#[derive(Debug)]
-pub(crate) struct Fenced {
-    db: leasehold::db::Database,
-    /// The fenced resource's name in `leasehold_fences` (one per cell).
-    resource: String,
-}
-
-impl Fenced {
-    /// Opens leasehold's database handle on the same database as the cell's tables (on PostgreSQL in
-    /// the cell's schema, so `leasehold_fences` is the cell's own).
-    pub(crate) async fn connect(url: &str, prefix: &str, resource: &str) -> anyhow::Result<Self> {
-        let mut builder = leasehold::db::Database::builder(url).max_connections(2);
-        if let Some((schema, _)) = prefix.split_once('.') {
-            builder = builder.postgres_schema(schema);
-        }
-        let db = builder
-            .connect()
-            .await
-            .context("leasehold database for fenced writes")?;
-        Ok(Self {
-            db,
-            resource: resource.to_owned(),
-        })
-    }
-
-    /// Creates leasehold's tables (the harness does this once per cell).
-    pub(crate) async fn migrate(&self) -> anyhow::Result<()> {
-        self.db.migrate().await?;
-        Ok(())
-    }
-
-    async fn begin(&self, fence: i64) -> anyhow::Result<Option<leasehold::db::Tx>> {
-        let fence = leasehold::Fence::new(u64::try_from(fence).context("negative fence")?);
-        match self.db.begin_fenced(&self.resource, fence).await {
-            Ok(tx) => Ok(Some(tx)),
-            Err(leasehold::Error::StaleFence { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Announces `fence` to the resource before reading, in a fenced transaction of its own, so a
-    /// holder whose lease was superseded cannot write between our read and our write (a fence checked
-    /// only at the write would let it). `false` when the fence is already stale.
-    pub(crate) async fn register(&self, fence: i64) -> anyhow::Result<bool> {
-        match self.begin(fence).await? {
-            Some(tx) => {
-                tx.commit().await?;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    /// Writes `plan` in a fenced transaction on `resource`'s tables.
-    pub(crate) async fn write(
+    /// The messages workload's write: apply `message` to the balance, once per message id when
+    /// `guarded` (the inbox table), in `tx`. Whether it was applied.
+    async fn apply(
         &self,
-        resource: &Resource,
-        plan: &Plan,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        message: &str,
+        guarded: bool,
         writer: i64,
         fence: i64,
-    ) -> anyhow::Result<Outcome> {
-        use leasehold::db::Param;
-        if matches!(plan, Plan::Skip) {
-            return Ok(Outcome::Skipped);
-        }
-        let Some(mut tx) = self.begin(fence).await? else {
-            return Ok(Outcome::Stale);
-        };
-        let (w, f) = (Param::I64(writer), Param::I64(fence));
-        match plan {
-            Plan::Counter { read } => {
-                let sql = format!(
-                    "UPDATE {} SET value = $1, writer = $2, fence = $3 WHERE id = 1",
-                    resource.t("counter")
-                );
-                tx.execute(&sql, &[Param::I64(read + 1), w, f]).await?;
-            }
-            Plan::CreateOrder { request } => {
-                let sql = format!(
-                    "INSERT INTO {} (request_id, writer, fence) VALUES ($1, $2, $3)",
-                    resource.t("orders")
-                );
-                tx.execute(&sql, &[Param::Text(request), w, f]).await?;
-            }
-            Plan::Sell { read } => {
-                let sql = format!(
-                    "UPDATE {} SET units = $1, writer = $2, fence = $3 WHERE id = 1",
-                    resource.t("stock")
-                );
-                tx.execute(&sql, &[Param::I64(read - 1), w, f]).await?;
-            }
-            Plan::Transition { order, to, .. } => {
-                let sql = format!(
-                    "UPDATE {} SET state = $1, writer = $2, fence = $3 WHERE id = $4",
-                    resource.t("order_state")
-                );
-                tx.execute(&sql, &[Param::Text(to), w, f, Param::I64(*order)])
-                    .await?;
-            }
-            Plan::Apply { message } => {
-                let sql = format!(
-                    "UPDATE {} SET balance = balance + 10 WHERE id = 1",
-                    resource.t("account")
-                );
-                tx.execute(&sql, &[]).await?;
-                let sql = format!(
-                    "INSERT INTO {} (message_id, writer, fence) VALUES ($1, $2, $3)",
-                    resource.t("applied")
-                );
-                tx.execute(&sql, &[Param::Text(message), w, f]).await?;
-            }
-            Plan::Skip => unreachable!("handled above"),
-        }
-        tx.commit().await?;
-        Ok(Outcome::Accepted)
-    }
-
-    pub(crate) async fn close(&self) {
-        self.db.close().await;
-    }
-}
-
-/// The database-guard strategy's writes, through leasehold's own guards on a [`leasehold::db::Tx`]:
-/// [`leasehold::state::Stock`] (bounded decrement), [`leasehold::state::StateMachine`] (declared
-/// transitions), [`leasehold::inbox::Inbox`] (message dedup in the business transaction), plus a
-/// unique index (orders) and a conditional update (the counter) written as plain SQL.
-#[derive(Debug)]
-pub(crate) struct Guards {
-    db: leasehold::db::Database,
-    /// The cell's table name prefix as seen on the leasehold connection (no schema on PostgreSQL,
-    /// where the connection's search path is the cell's schema).
-    bare_prefix: String,
-    consumer: String,
-}
-
-impl Guards {
-    pub(crate) async fn connect(url: &str, prefix: &str, consumer: &str) -> anyhow::Result<Self> {
-        let mut builder = leasehold::db::Database::builder(url).max_connections(2);
-        let bare_prefix = match prefix.split_once('.') {
-            Some((schema, rest)) => {
-                builder = builder.postgres_schema(schema);
-                rest.to_owned()
-            }
-            None => prefix.to_owned(),
-        };
-        let db = builder
-            .connect()
-            .await
-            .context("leasehold database for the guards")?;
-        Ok(Self {
-            db,
-            bare_prefix,
-            consumer: consumer.replace(':', "-"),
-        })
-    }
-
-    fn t(&self, table: &str) -> String {
-        format!("{}{table}", self.bare_prefix)
-    }
-
-    /// Creates leasehold's tables (the harness does this once per cell).
-    pub(crate) async fn migrate(&self) -> anyhow::Result<()> {
-        self.db.migrate().await?;
-        Ok(())
-    }
-
-    pub(crate) async fn close(&self) {
-        self.db.close().await;
-    }
-
-    /// Writes `plan` with the guard that fits it; [`Outcome::Guarded`] when the guard refused.
-    pub(crate) async fn write(&self, plan: &Plan, writer: i64) -> anyhow::Result<Outcome> {
-        use leasehold::db::Param;
-        use leasehold::Error;
-        if matches!(plan, Plan::Skip) {
-            return Ok(Outcome::Skipped);
-        }
-        let mut tx = self.db.begin().await?;
-        let w = Param::I64(writer);
-        let applied = match plan {
-            Plan::Counter { read } => {
-                let sql = format!(
-                    "UPDATE {} SET value = $1, writer = $2 WHERE id = 1 AND value = $3",
-                    self.t("counter")
-                );
-                tx.execute(&sql, &[Param::I64(read + 1), w, Param::I64(*read)])
-                    .await?
-                    == 1
-            }
-            Plan::CreateOrder { request } => {
-                let sql = format!(
-                    "INSERT INTO {} (request_id, writer, fence) VALUES ($1, $2, 0) ON CONFLICT (request_id) DO NOTHING",
-                    self.t("orders")
-                );
-                tx.execute(&sql, &[Param::Text(request), w]).await? == 1
-            }
-            Plan::Sell { .. } => {
-                // The writer column first (the history trigger fires on the quantity only).
-                let sql = format!("UPDATE {} SET writer = $1 WHERE id = 1", self.t("stock"));
-                tx.execute(&sql, &[w]).await?;
-                let stock = leasehold::state::Stock::new(&self.t("stock"), "id", "units")?;
-                match stock.reserve(&mut tx, Param::I64(1), 1, None).await {
-                    Ok(_) => true,
-                    Err(Error::Insufficient { .. }) => false,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Plan::Transition { order, from, to } => {
-                let sql = format!(
-                    "UPDATE {} SET writer = $1 WHERE id = $2",
-                    self.t("order_state")
-                );
-                tx.execute(&sql, &[w, Param::I64(*order)]).await?;
-                let mut machine = leasehold::state::StateMachine::builder(&self.t("order_state"));
-                for (f, t) in TRANSITIONS {
-                    machine = machine.transition(f, t);
-                }
-                match machine
-                    .build()?
-                    .transition(&mut tx, Param::I64(*order), from, to)
-                    .await
-                {
-                    Ok(()) => true,
-                    Err(Error::TransitionRace { .. }) => false,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Plan::Apply { message } => {
-                let inbox = leasehold::inbox::Inbox::new(&self.consumer)?;
-                match inbox.record(&mut tx, message).await? {
-                    leasehold::inbox::Delivery::First => {
-                        let sql = format!(
-                            "UPDATE {} SET balance = balance + 10 WHERE id = 1",
-                            self.t("account")
-                        );
-                        tx.execute(&sql, &[]).await?;
-                        let sql = format!(
-                            "INSERT INTO {} (message_id, writer, fence) VALUES ($1, $2, 0)",
-                            self.t("applied")
-                        );
-                        tx.execute(&sql, &[Param::Text(message), w]).await?;
-                        true
-                    }
-                    leasehold::inbox::Delivery::Duplicate => false,
-                }
-            }
-            Plan::Skip => unreachable!("handled above"),
-        };
-        if applied {
-            tx.commit().await?;
-            Ok(Outcome::Accepted)
+    ) -> anyhow::Result<bool> {
+        let first = if guarded {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {} (message_id) VALUES ($1) ON CONFLICT (message_id) DO NOTHING",
+                self.t("inbox")
+            )))
+            .bind(message)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected()
+                == 1
         } else {
-            tx.rollback().await?;
-            Ok(Outcome::Guarded)
+            true
+        };
+        if first {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE {} SET balance = balance + 10 WHERE id = 1",
+                self.t("account")
+            )))
+            .execute(&mut **tx)
+            .await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {} (message_id, writer, fence) VALUES ($1, $2, $3)",
+                self.t("applied")
+            )))
+            .bind(message)
+            .bind(writer)
+            .bind(fence)
+            .execute(&mut **tx)
+            .await?;
         }
+        Ok(first)
     }
 }

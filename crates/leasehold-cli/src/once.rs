@@ -1,0 +1,237 @@
+//! `leasehold run --once-per PERIOD NAME -- COMMAND` and `leasehold history NAME`: a scheduled job
+//! fired on every replica runs once per slot, and what ran in each slot is on record.
+//!
+//! Promise: as [`leasehold::schedule`]'s: replicas whose clocks are apart by up to half the period
+//! claim the same slot; a slot recorded done is not run again; a failed or lost run leaves it open
+//! for the next claim, up to `--max-attempts`. The command runs under the slot's lease exactly as
+//! `run` runs a command (same supervision, same codes), with `LEASEHOLD_SLOT` (the slot's number)
+//! and `LEASEHOLD_SLOT_START` (its start, ms since the epoch) beside `LEASEHOLD_FENCE`.
+//!
+//! Limit: the record lives in the lease store: a Redis without persistence that restarts forgets
+//! it (the slot may run again), and the retention (at least two periods) bounds how far back
+//! `history` sees. A job whose effect must happen once per slot records the slot in its own
+//! transaction (`leasehold::schedule::record_in`).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leasehold::schedule::{self, Claim, Outcome, Schedule, SlotRecord};
+use leasehold::{LeaseClient, LeaseOptions};
+
+use crate::cli::{HistoryArgs, RunArgs};
+use crate::duration::show;
+use crate::exit;
+use crate::inspect::{check_name, connect, fail};
+use crate::run::{finish, run_command, Ended, Signals};
+
+/// The code a slot's last attempt ended with, for `--max-attempts` reached.
+fn code_of(r: &SlotRecord) -> i32 {
+    match (r.outcome, r.exit_code) {
+        (Outcome::Lost | Outcome::Running, _) => exit::LOST,
+        (_, Some(code)) if code != 0 => code,
+        _ => exit::SOFTWARE,
+    }
+}
+
+fn ago(unix_ms: u64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    show(Duration::from_millis(now.saturating_sub(unix_ms)))
+}
+
+/// `run --once-per`: claims the slot of now, runs the command if it is ours, records the outcome.
+pub(crate) async fn run(
+    args: &RunArgs,
+    client: &LeaseClient,
+    opts: &LeaseOptions,
+    signals: &mut Signals,
+) -> i32 {
+    let period = args.once_per.expect("called with --once-per");
+    let sched = match Schedule::every(period)
+        .and_then(|s| s.offset(args.offset.unwrap_or(Duration::ZERO)))
+    {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    if args.permits > 1 {
+        eprintln!("leasehold: --once-per runs one command per slot; drop --permits");
+        return exit::USAGE;
+    }
+    let slot = sched.now();
+    let holder = leasehold::election::default_holder();
+    let claimed = tokio::select! {
+        c = schedule::claim(client, &args.name, slot, opts, args.max_attempts, &holder) => c,
+        sig = signals.recv() => return crate::run::aborted(sig, "the slot stays open"),
+    };
+    let run = match claimed {
+        Ok(Claim::Run(run)) => run,
+        Ok(Claim::Busy) => {
+            eprintln!(
+                "leasehold: slot {} of `{}` is running elsewhere; command not run",
+                slot.index, args.name
+            );
+            return args.supervise.busy_exit_code;
+        }
+        Ok(Claim::Done(r)) => {
+            if args.verbose {
+                eprintln!(
+                    "leasehold: slot {} of `{}` is done (by {}, {} ago, attempt {}); command not run",
+                    slot.index,
+                    args.name,
+                    r.holder,
+                    ago(r.started_unix_ms),
+                    r.attempts
+                );
+            }
+            return args.done_exit_code;
+        }
+        Ok(Claim::Exhausted(r)) => {
+            eprintln!(
+                "leasehold: slot {} of `{}` failed {} time(s), the last {:?} (exit {}); --max-attempts {} reached, command not run",
+                slot.index,
+                args.name,
+                r.attempts,
+                r.outcome,
+                r.exit_code.map_or("none".to_owned(), |c| c.to_string()),
+                args.max_attempts
+            );
+            return code_of(&r);
+        }
+        Err(e) => return fail(&e),
+    };
+    let (lease, record) = run.into_parts();
+    if args.verbose {
+        eprintln!(
+            "leasehold: running slot {} of `{}` (attempt {}, fence {})",
+            slot.index,
+            args.name,
+            record.attempts,
+            lease.fence()
+        );
+    }
+    // LEASEHOLD_NAME is the job's name; the slot is beside it.
+    let env = vec![
+        ("LEASEHOLD_SLOT", slot.index.to_string()),
+        ("LEASEHOLD_SLOT_START", slot.start_unix_ms.to_string()),
+    ];
+    let ended = run_command(args, &lease, signals, env).await;
+    let (exit_code, lost) = match &ended {
+        Ended::Exited(code) => (*code, false),
+        Ended::Lost => (None, true),
+        Ended::Failed(code) => (Some(*code), false),
+    };
+    match schedule::finish_with(&lease, record, exit_code, lost).await {
+        Ok(r) if args.verbose => eprintln!(
+            "leasehold: slot {} of `{}` recorded {:?}",
+            slot.index, args.name, r.outcome
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!(
+            "leasehold: warning: the outcome of slot {} of `{}` could not be recorded ({}); a later run reads it as lost and runs it again",
+            slot.index,
+            args.name,
+            exit::describe(&e)
+        ),
+    }
+    finish(args, lease, ended).await
+}
+
+fn human(r: &SlotRecord) -> String {
+    let duration = r
+        .duration_ms
+        .map(|ms| show(Duration::from_millis(ms)))
+        .unwrap_or_else(|| "-".into());
+    let code = r
+        .exit_code
+        .map(|c| c.to_string())
+        .unwrap_or_else(|| "-".into());
+    format!(
+        "{:<12} {:<8} attempts {:<2} exit {:<4} took {:<8} started {} ago, by {}, fence {}",
+        r.slot.index,
+        format!("{:?}", r.outcome).to_lowercase(),
+        r.attempts,
+        code,
+        duration,
+        ago(r.started_unix_ms),
+        r.holder,
+        r.fence
+    )
+}
+
+/// The metrics people alert on, for node_exporter's textfile collector.
+fn prometheus(job: &str, records: &[SlotRecord]) -> String {
+    let label = job.replace('\\', "\\\\").replace('"', "\\\"");
+    let last_success = records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Done)
+        .map(|r| r.started_unix_ms + r.duration_ms.unwrap_or(0))
+        .max();
+    let count = |o: Outcome| records.iter().filter(|r| r.outcome == o).count();
+    let mut out = String::new();
+    out.push_str(
+        "# HELP leasehold_job_last_success_timestamp_seconds When the job last succeeded.\n",
+    );
+    out.push_str("# TYPE leasehold_job_last_success_timestamp_seconds gauge\n");
+    if let Some(ms) = last_success {
+        out.push_str(&format!(
+            "leasehold_job_last_success_timestamp_seconds{{job=\"{label}\"}} {:.3}\n",
+            ms as f64 / 1000.0
+        ));
+    }
+    out.push_str("# HELP leasehold_job_slots Slots on record, by outcome.\n");
+    out.push_str("# TYPE leasehold_job_slots gauge\n");
+    for (name, o) in [
+        ("done", Outcome::Done),
+        ("failed", Outcome::Failed),
+        ("lost", Outcome::Lost),
+        ("running", Outcome::Running),
+    ] {
+        out.push_str(&format!(
+            "leasehold_job_slots{{job=\"{label}\",outcome=\"{name}\"}} {}\n",
+            count(o)
+        ));
+    }
+    out
+}
+
+/// `leasehold history NAME`.
+pub(crate) async fn history(args: HistoryArgs) -> i32 {
+    if let Err(code) = check_name(&args.store, &args.name) {
+        return code;
+    }
+    let client = match connect(&args.store).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // The metrics count every slot on record; the listing shows the newest `--limit`.
+    let limit = if args.prometheus {
+        usize::MAX
+    } else {
+        args.limit
+    };
+    match schedule::history(&client, &args.name, limit).await {
+        Ok(records) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_value(&records).expect("records serialize")
+                );
+            } else if args.prometheus {
+                print!("{}", prometheus(&args.name, &records));
+            } else if records.is_empty() {
+                eprintln!("leasehold: no slot of `{}` on record", args.name);
+            } else {
+                println!(
+                    "{:<12} {:<8} (newest first; job `{}`)",
+                    "slot", "outcome", args.name
+                );
+                for r in &records {
+                    println!("{}", human(r));
+                }
+            }
+            0
+        }
+        Err(e) => fail(&e),
+    }
+}

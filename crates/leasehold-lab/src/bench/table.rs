@@ -1,0 +1,242 @@
+//! `leasehold bench`'s table: the report printed scenario by scenario.
+//!
+//! Limit: the table rounds; `--json` has every figure as measured.
+
+use super::BenchReport;
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+/// Prints the whole report as a table.
+pub(super) fn print_table(r: &BenchReport) {
+    machine(r);
+    s1(r);
+    s2(r);
+    s3(r);
+    s4(r);
+    notes(r);
+    s5(r);
+    s6(r);
+}
+
+/// The machine line.
+fn machine(r: &BenchReport) {
+    let m = &r.machine;
+    println!(
+        "machine: {} CPUs, {}, redis {}, load {:.2}{}",
+        m.nproc,
+        m.cpu_model,
+        m.redis_version,
+        m.loadavg_1m,
+        if r.quick { " (--quick)" } else { "" }
+    );
+}
+
+/// S1: leasehold and the baseline lock, uncontended.
+fn s1(r: &BenchReport) {
+    if let Some(s1) = &r.s1 {
+        println!("\nS1 uncontended acquire+release, one client");
+        println!(
+            "  leasehold  {:>9.0} cycles/s  p50 {:>7.1} us  p99 {:>7.1} us  ({:.2} round trips/cycle)",
+            s1.leasehold_cycles_per_s,
+            s1.leasehold_p50_us,
+            s1.leasehold_p99_us,
+            s1.leasehold_round_trips_per_cycle
+        );
+        println!(
+            "  baseline   {:>9.0} cycles/s  p50 {:>7.1} us  p99 {:>7.1} us",
+            s1.baseline_cycles_per_s, s1.baseline_p50_us, s1.baseline_p99_us
+        );
+        println!(
+            "  per cycle, leasehold vs baseline: redis commands {:.1} vs {:.1}, redis CPU {:.1} vs {:.1} us, client CPU {:.1} vs {:.1} us",
+            s1.leasehold_commands_per_cycle,
+            s1.baseline_commands_per_cycle,
+            s1.leasehold_redis_cpu_us_per_cycle,
+            s1.baseline_redis_cpu_us_per_cycle,
+            s1.leasehold_client_cpu_us_per_cycle,
+            s1.baseline_client_cpu_us_per_cycle
+        );
+        println!(
+            "  ratio {:.3} (target >= 0.95: {})",
+            s1.ratio,
+            yes_no(s1.target_0_95_met)
+        );
+    }
+}
+
+/// S2: one row per configuration, with its targets.
+fn s2(r: &BenchReport) {
+    if !r.s2.is_empty() {
+        println!("\nS2 contended, 1 ms holds");
+        println!(
+            "  {:<13} {:<9} {:>4} {:>8} {:>8} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>4}",
+            "lock",
+            "mode",
+            "n",
+            "acq/s",
+            "ideal",
+            "ratio",
+            "hand p50",
+            "hand p99",
+            "cross p99",
+            "cross%",
+            "rt/acq",
+            "cmd/acq",
+            "ovl"
+        );
+        for row in &r.s2 {
+            println!(
+                "  {:<13} {:<9} {:>4} {:>8.0} {:>8.0} {:>6.2} {:>7.0}us {:>7.0}us {:>7.0}us {:>5.0}% {:>6.2} {:>7.2} {:>4}",
+                format!("{:?}", row.lock).to_lowercase(),
+                format!("{:?}", row.mode).to_lowercase(),
+                row.contenders,
+                row.acquisitions_per_s,
+                row.ideal_acquisitions_per_s,
+                row.throughput_vs_ideal,
+                row.handoff_p50_us,
+                row.handoff_p99_us,
+                row.cross_handoff_p99_us,
+                row.cross_share * 100.0,
+                row.round_trips_per_acquisition,
+                row.commands_per_acquisition,
+                row.overlaps
+            );
+            println!(
+                "      shares {:.2}-{:.2} of the mean; longest wait {:.1} ms (bound {:.1} ms)",
+                row.share_min,
+                row.share_max,
+                row.max_wait_us / 1e3,
+                row.max_wait_bound_us / 1e3
+            );
+            let t = &row.targets_met;
+            println!(
+                "      >= 0.95 x ideal: {}; round trips <= 3: {}; cross p99 <= 1 ms: {}; shares +-10%: {}; longest wait: {}; no overlaps: {}",
+                yes_no(t.throughput_at_least_0_95_ideal),
+                yes_no(t.round_trips_at_most_3),
+                yes_no(t.cross_handoff_p99_at_most_1ms),
+                yes_no(t.shares_within_10_percent),
+                yes_no(t.max_wait_within_bound),
+                yes_no(t.no_overlaps)
+            );
+        }
+    }
+}
+
+/// S3: many leases held with renewal on.
+fn s3(r: &BenchReport) {
+    if let Some(s3) = &r.s3 {
+        println!("\nS3 {} leases held with renewal on", s3.leases);
+        println!(
+            "  {:.0} renewal commands/s, {:.0} round trips/s, client CPU {:.1}% of a core, redis CPU {:.1}%",
+            s3.renewal_commands_per_s,
+            s3.renewal_round_trips_per_s,
+            s3.client_cpu_share * 100.0,
+            s3.redis_cpu_share * 100.0
+        );
+        println!(
+            "  {:.0} bytes resident per lease after renewals ({:.0} right after acquiring; target <= 1024: {}), {} lost",
+            s3.bytes_per_lease,
+            s3.bytes_per_lease_at_acquire,
+            yes_no(s3.target_met),
+            s3.lost
+        );
+    }
+}
+
+/// S4: fenced vs unfenced transactions.
+fn s4(r: &BenchReport) {
+    if let Some(s4) = &r.s4 {
+        println!("\nS4 fenced vs unfenced transaction");
+        for (label, side) in [("postgres", &s4.postgres), ("sqlite", &s4.sqlite)] {
+            if let Some(side) = side {
+                println!(
+                    "  {label:<8} unfenced {:>7.0} tx/s, fenced {:>7.0} tx/s, ratio {:.3}",
+                    side.unfenced_tx_per_s, side.fenced_tx_per_s, side.ratio
+                );
+            }
+        }
+        if let Some(met) = s4.target_met {
+            println!("  PostgreSQL target >= 0.75: {}", yes_no(met));
+        }
+    }
+}
+
+/// The notes and the failed scenarios.
+fn notes(r: &BenchReport) {
+    for note in &r.notes {
+        println!("\nnote: {note}");
+    }
+    for (scenario, why) in &r.failures {
+        println!("\nFAILED {scenario}: {why}");
+    }
+}
+
+/// S5: every store, as ratios to Redis.
+fn s5(r: &BenchReport) {
+    if !r.stores.is_empty() {
+        println!("\nS5 every store (ratios to redis in the same run)");
+        println!(
+            "  {:<9} {:>9} {:>8} {:>8} {:>6} {:>6} {:>8} {:>6} {:>6} {:>4} {:>9} {:>8} {:>4}",
+            "store",
+            "S1 cyc/s",
+            "p50",
+            "p99",
+            "rt/cyc",
+            "ratio",
+            "S2 acq/s",
+            "rt/acq",
+            "ratio",
+            "ovl",
+            "S3 B/lease",
+            "rt/s",
+            "lost"
+        );
+        for row in &r.stores {
+            println!(
+                "  {:<9} {:>9.0} {:>6.0}us {:>6.0}us {:>6.2} {:>6.2} {:>8.0} {:>6.2} {:>6.2} {:>4} {:>9.0} {:>8.1} {:>4}",
+                row.store,
+                row.s1_cycles_per_s,
+                row.s1_p50_us,
+                row.s1_p99_us,
+                row.s1_round_trips_per_cycle,
+                row.s1_ratio_to_redis,
+                row.s2_acquisitions_per_s,
+                row.s2_round_trips_per_acquisition,
+                row.s2_ratio_to_redis,
+                row.s2_overlaps,
+                row.s3_bytes_per_lease,
+                row.s3_renewal_round_trips_per_s,
+                row.s3_lost
+            );
+        }
+    }
+}
+
+/// S6: election hand-over against lease hand-over, every store.
+fn s6(r: &BenchReport) {
+    if !r.elections.is_empty() {
+        println!("\nS6 election hand-over (resign to the standby leading) vs lease hand-over (release to the waiter holding), ms");
+        println!(
+            "  {:<9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6}",
+            "store", "rounds", "lease p50", "p99", "elect p50", "p99", "ratio", "terms"
+        );
+        for row in &r.elections {
+            println!(
+                "  {:<9} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>6.2} {:>6}",
+                row.store,
+                row.rounds,
+                row.lease_p50_ms,
+                row.lease_p99_ms,
+                row.election_p50_ms,
+                row.election_p99_ms,
+                row.ratio,
+                if row.terms_increased { "up" } else { "BROKEN" }
+            );
+        }
+    }
+}

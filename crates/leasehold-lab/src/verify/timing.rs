@@ -1,0 +1,87 @@
+//! A cell's timeline, derived from the lease TTL: warm-up, then per injection a gap and a fault
+//! window, then a cool-down; and how a strategy's store stretches it.
+//!
+//! Limit: the same timeline for every fault; a fault that takes seconds per injection gets fewer
+//! injections, not a different timeline (`Fault::injections`).
+
+use std::time::Duration;
+
+use super::strategy::Strategy;
+use super::VerifyArgs;
+
+/// Timings of one cell, derived from the lease TTL. Every cell runs the same timeline: warm-up,
+/// then per injection a gap and a fault window, then a cool-down.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub(crate) ttl: Duration,
+    pub(crate) warmup: Duration,
+    pub(crate) gap: Duration,
+    /// How long a fault lasts (and how far a clock jumps): three lease TTLs, so the target's lock
+    /// has surely expired and another worker has had time to take it and write.
+    pub(crate) hold: Duration,
+    pub(crate) cooldown: Duration,
+    /// Injections per cell, and for the faults that take seconds each (a Sentinel or Cluster
+    /// failover waits for a failure to be detected and a replica elected).
+    pub(crate) injections: u32,
+    pub(crate) slow_injections: u32,
+    /// How long to wait for some worker to reach a write inside its critical section.
+    pub(crate) target_wait: Duration,
+    /// A lock wait longer than this is a stall. Far above any wait the faults cause by design
+    /// (a fault window plus a TTL plus a waiter's jitter, about 1 s at the default TTL).
+    pub(crate) stall_after: Duration,
+}
+
+impl Timing {
+    pub(crate) fn new(args: &VerifyArgs) -> Self {
+        let ttl = Duration::from_millis(args.ttl_ms);
+        Self {
+            ttl,
+            warmup: Duration::from_millis(200).max(ttl),
+            gap: Duration::from_millis(100).max(ttl / 2),
+            hold: ttl * 3,
+            cooldown: Duration::from_millis(200).max(ttl),
+            injections: args.injections.unwrap_or(if args.quick { 1 } else { 5 }),
+            slow_injections: args.injections.unwrap_or(if args.quick { 1 } else { 2 }),
+            target_wait: Duration::from_secs(2).max(ttl * 10),
+            stall_after: Duration::from_secs(5).max(ttl * 25),
+        }
+    }
+
+    /// The timings of a cell of `strategy`. The strategies on a run-wide store (PostgreSQL, etcd)
+    /// get as many injections as the slow failovers (2 in a full run), which keeps the full matrix
+    /// inside half an hour. On a store whose shortest lease outlasts the TTL (etcd,
+    /// `Store::min_lease`) a fault window must also outlast that lease, not only the TTL the
+    /// workers ask for, or the lease would still stand in the store when the window ends and no
+    /// fault could show.
+    pub(crate) fn for_strategy(self, strategy: Strategy) -> Self {
+        let Some(store) = strategy.run_wide_store() else {
+            return self;
+        };
+        let fewer = Self {
+            injections: self.slow_injections,
+            ..self
+        };
+        let Some(min_lease) = store.min_lease() else {
+            return fewer;
+        };
+        // A waiter may wait out a whole fault window and then the store's own expiry of the lost
+        // holder's lease (and its place in the queue of waiters), twice over for a member kill
+        // that also costs an election.
+        let hold = min_lease + self.hold;
+        Self {
+            hold,
+            target_wait: self.target_wait.max(hold * 2),
+            stall_after: self.stall_after.max((hold + min_lease) * 2),
+            ..fewer
+        }
+    }
+
+    /// Injections in a cell whose fault takes seconds each (`slow`) or not.
+    pub(crate) fn injections(&self, slow: bool) -> u32 {
+        if slow {
+            self.slow_injections
+        } else {
+            self.injections
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! Leader election whose **term is a fence**: one candidate of a name leads at a time, and every new
+//! leader's term is strictly greater than every earlier leader's, so a resource that checks the term
+//! ([`Database::begin_fenced`](crate::db::Database::begin_fenced) and the other fenced writes) refuses
+//! a deposed leader that still acts.
+//!
+//! An election is a lease under the election's name, taken by [`Election::campaign`] (which waits as
+//! [`LeaseClient::acquire`] does: in the store's FIFO hand-off where it has one, woken by the release,
+//! never polling), plus a small record the leader writes beside it
+//! ([`Lease::write_note`]): the value it advertises (an address, an id), its term, its holder
+//! identity and since when it leads. [`Election::leader`] reads who leads without campaigning;
+//! [`Election::observe`] follows changes; [`Leadership::proclaim`] changes the advertised value
+//! without an election; [`Leadership::resign`] releases, and the next candidate in the queue leads
+//! within about one round trip, not a TTL.
+//!
+//! Promise: as the lease's: while no leader pauses past its deadline and the store keeps its data,
+//! at most one candidate leads a name; a leader is told (its [`LostSignal`]) as soon as its
+//! leadership is no longer safe, and ([`Leadership::health`]) when it is at risk before that; the
+//! term never goes backwards. The record [`Election::leader`] reports belongs to the current leader
+//! (it is matched to the holder by term or token), or its value is `None` (a leader that has not
+//! written one yet, or a plain lease on the same name).
+//!
+//! Limit: a leader paused past its lease, or a failover that lost the lock write, gives two
+//! leaders for a while, as it gives two holders of a lease; only a resource that checks the term
+//! keeps the data right. [`Election::observe`] asks the store at a fixed interval (default 250 ms,
+//! two reads per ask), so a change is seen up to that late; it is for dashboards, routing and
+//! health checks, never for deciding who may write.
+//!
+//! # Example: lead, advertise an address, step down on loss
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use leasehold::election::Election;
+//! use leasehold::{LeaseClient, LeaseOptions};
+//!
+//! # async fn serve(_term: leasehold::Fence) {}
+//! # async fn example() -> leasehold::Result<()> {
+//! let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+//! let opts = LeaseOptions::with_ttl(Duration::from_secs(10))?;
+//! let election = Election::new(&client, "scheduler", &opts)?;
+//! let leadership = election.campaign("10.0.0.5:8080", Duration::MAX).await?;
+//! let lost = leadership.lost();
+//! tokio::select! {
+//!     // Present the term to the resource, so that it refuses this leader once deposed.
+//!     _ = serve(leadership.term()) => leadership.resign().await?,
+//!     reason = lost.fired() => eprintln!("deposed: {reason}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+use crate::fence::Fence;
+use crate::lease::store::{LeaseInfo, MAX_NOTE_LEN};
+use crate::lease::{HealthWatch, Lease, LeaseClient, LeaseHealth, LeaseOptions, LostSignal};
+
+/// Longest advertised value, in bytes: what is left of a note for it beside the term, the holder
+/// identity and the time.
+pub const MAX_VALUE_LEN: usize = 512;
+
+/// Longest holder identity, in bytes.
+pub const MAX_HOLDER_LEN: usize = 128;
+
+/// How often [`Observer`] asks the store, unless told otherwise.
+pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(250);
+
+/// An election on one name, through one client. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Election {
+    client: LeaseClient,
+    name: String,
+    opts: LeaseOptions,
+    holder: String,
+}
+
+/// Who leads a name, as [`Election::leader`] read it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The election's name.
+    pub name: String,
+    /// The leader's term: its lease's fence.
+    pub term: Fence,
+    /// The value it advertises (`None`: it has written none yet, or the name is held by a plain
+    /// lease, not a candidate).
+    pub value: Option<String>,
+    /// Its holder identity (host name, process id and a random id unless the candidate chose
+    /// one; `None` as for `value`).
+    pub holder: Option<String>,
+    /// When it became leader, in milliseconds since the Unix epoch by the leader's clock.
+    pub since_unix_ms: Option<u64>,
+    /// Its lease's remaining TTL as the store judged it, in milliseconds.
+    pub ttl_ms: Option<u64>,
+}
+
+/// The record a leader writes beside its lease, as JSON in the lease's note.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Record {
+    /// The record's format.
+    election: u32,
+    term: u64,
+    value: String,
+    holder: String,
+    since_unix_ms: u64,
+    /// The first 12 hex digits of the leader's lease token: matches the record to the holder where
+    /// the store reports holders' tokens (Redis, Redlock), whose fence alone may not.
+    tag: String,
+}
+
+/// How much of a token the record keeps: enough to tell holders apart, far from enough to act as
+/// one.
+const TAG_LEN: usize = 12;
+
+impl Record {
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Record> {
+        serde_json::from_slice::<Record>(bytes)
+            .ok()
+            .filter(|r| r.election == 1)
+    }
+
+    /// Whether this record is the current holder's: by token where the store names holders, else
+    /// by fence (every store's fence for a held lock is its holder's).
+    fn is_of(&self, info: &LeaseInfo) -> bool {
+        match info.holders.first() {
+            Some(h) => h.token.starts_with(&self.tag) && self.tag.len() == TAG_LEN,
+            None => info.fence == Some(Fence::new(self.term)),
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// This process's default holder identity: `host:pid:random`.
+pub fn default_holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!(
+        "{host}:{}:{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+fn check_text(what: &'static str, s: &str, max: usize) -> Result<()> {
+    if s.len() > max {
+        return Err(Error::invalid(
+            what,
+            format!(
+                "{} bytes is over the {max}-byte limit; advertise a pointer (an address, an id)",
+                s.len()
+            ),
+        ));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            what,
+            "control characters are refused (they would garble `leasehold leader` output)",
+        ));
+    }
+    Ok(())
+}
+
+impl Election {
+    /// An election on `name` (a lease name) through `client`, whose leaders hold a lease with
+    /// `opts` (its TTL bounds how long a crashed leader keeps the others waiting).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a bad name, or options for more than one permit (a leader is one).
+    pub fn new(client: &LeaseClient, name: &str, opts: &LeaseOptions) -> Result<Self> {
+        client.check_name(name)?;
+        if opts.permits() > 1 {
+            return Err(Error::invalid(
+                "election options",
+                "an election has one leader: use options with one permit",
+            ));
+        }
+        Ok(Election {
+            client: client.clone(),
+            name: name.to_owned(),
+            opts: opts.clone(),
+            holder: default_holder(),
+        })
+    }
+
+    /// The holder identity this candidate shows when it leads (default [`default_holder`]): at
+    /// most [`MAX_HOLDER_LEN`] bytes, no control characters. Shown to anyone who can read the
+    /// store: put nothing secret there.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for one too long or with control characters.
+    pub fn with_holder(mut self, holder: &str) -> Result<Self> {
+        check_text("holder", holder, MAX_HOLDER_LEN)?;
+        self.holder = holder.to_owned();
+        Ok(self)
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Campaigns: waits up to `max_wait` to lead (`Duration::MAX`: for as long as it takes; zero:
+    /// one try), then writes the leader record with `value` (at most [`MAX_VALUE_LEN`] bytes, no
+    /// control characters). The wait is the lease's: FIFO where the store queues waiters, woken by
+    /// the leader's release or resignation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a bad value (before anything is sent) or a store that keeps no notes;
+    /// [`Error::Busy`] (zero wait) or [`Error::WaitTimeout`] when another candidate still leads;
+    /// [`Error::LeaseLost`] when the leadership was lost before its record was written; store
+    /// errors. Whatever fails after the lease was taken releases it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: cancelled while waiting, it leaves the queue; cancelled after it took the lease,
+    /// the lease is released in the background.
+    pub async fn campaign(&self, value: &str, max_wait: Duration) -> Result<Leadership> {
+        check_text("leader value", value, MAX_VALUE_LEN)?;
+        let lease = if max_wait.is_zero() {
+            self.client.try_acquire(&self.name, &self.opts).await?
+        } else {
+            loop {
+                match self.client.acquire(&self.name, &self.opts, max_wait).await {
+                    // A wait past the client's longest (a year) goes on: `Duration::MAX` is for
+                    // as long as it takes.
+                    Err(Error::WaitTimeout { .. }) if max_wait > crate::lease::client::MAX_WAIT => {
+                    }
+                    other => break other?,
+                }
+            }
+        };
+        let mut leadership = Leadership {
+            record: Record {
+                election: 1,
+                term: lease.fence().get(),
+                value: value.to_owned(),
+                holder: self.holder.clone(),
+                since_unix_ms: unix_ms(),
+                tag: lease.token().chars().take(TAG_LEN).collect(),
+            },
+            lease,
+        };
+        // On failure the lease is dropped, which releases it in the background.
+        leadership.write().await?;
+        crate::lease::metrics::election("elected");
+        Ok(leadership)
+    }
+
+    /// Who leads now, without campaigning (`None`: nobody).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a store that keeps no notes; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        leader_of(&self.client, &self.name).await
+    }
+
+    /// Follows the leader of the name: [`Observer::changed`] completes with each change (a new
+    /// leader, a new value, nobody), asking the store every [`DEFAULT_OBSERVE_EVERY`] (see
+    /// [`Observer::every`]).
+    pub fn observe(&self) -> Observer {
+        Observer {
+            client: self.client.clone(),
+            name: self.name.clone(),
+            every: DEFAULT_OBSERVE_EVERY,
+            last: None,
+        }
+    }
+}
+
+/// Who leads `name` in `client`'s store (`None`: nobody). What [`Election::leader`] and the CLI's
+/// `leasehold leader` read.
+///
+/// # Errors
+///
+/// [`Error::Invalid`] for a bad name or a store that keeps no notes; store errors.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it only reads.
+pub async fn leader_of(client: &LeaseClient, name: &str) -> Result<Option<Leader>> {
+    let info = client.inspect(name).await?;
+    if !info.held {
+        return Ok(None);
+    }
+    let record = client
+        .read_note(name)
+        .await?
+        .and_then(|b| Record::decode(&b))
+        .filter(|r| r.is_of(&info));
+    let term = match (&record, info.fence) {
+        (Some(r), _) => Fence::new(r.term),
+        (None, Some(f)) => f,
+        (None, None) => Fence::new(0),
+    };
+    Ok(Some(Leader {
+        name: name.to_owned(),
+        term,
+        value: record.as_ref().map(|r| r.value.clone()),
+        holder: record.as_ref().map(|r| r.holder.clone()),
+        since_unix_ms: record.as_ref().map(|r| r.since_unix_ms),
+        ttl_ms: info.ttl_ms,
+    }))
+}
+
+/// This candidate leads: it holds the election's lease. Renewed in the background while alive;
+/// [`resign`](Self::resign) to hand over at once. Dropping it resigns in the background.
+#[must_use = "leadership ends when dropped; hold it while leading"]
+#[derive(Debug)]
+pub struct Leadership {
+    lease: Lease,
+    record: Record,
+}
+
+impl Leadership {
+    /// The term: this leadership's fence, strictly greater than every earlier leader's. Present it
+    /// to fenced resources ([`crate::fence`]) so that they refuse this leader once it is deposed.
+    pub fn term(&self) -> Fence {
+        self.lease.fence()
+    }
+
+    /// The value this leader advertises.
+    pub fn value(&self) -> &str {
+        &self.record.value
+    }
+
+    /// The holder identity it shows.
+    pub fn holder(&self) -> &str {
+        &self.record.holder
+    }
+
+    /// The lease behind the leadership (its remaining time, its options, its token).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Fires when the leadership is lost (as the lease's [`LostSignal`]).
+    pub fn lost(&self) -> LostSignal {
+        self.lease.lost()
+    }
+
+    /// The leadership's health (as the lease's [`HealthWatch`]): suspect before it is lost.
+    pub fn health(&self) -> HealthWatch {
+        self.lease.health()
+    }
+
+    /// Its health now.
+    pub fn health_now(&self) -> LeaseHealth {
+        self.lease.health_now()
+    }
+
+    /// Changes the advertised value, without an election: the term stays.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a bad value (nothing sent); [`Error::LeaseLost`] when the leadership
+    /// is gone (nothing written); store errors (the old value may still be advertised).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the write may or may not land; the value kept here changes only once it did.
+    pub async fn proclaim(&mut self, value: &str) -> Result<()> {
+        check_text("leader value", value, MAX_VALUE_LEN)?;
+        let before = std::mem::replace(&mut self.record.value, value.to_owned());
+        match self.write().await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.record.value = before;
+                Err(e)
+            }
+        }
+    }
+
+    /// Steps down: releases the lease, so that the next candidate (the first in the store's queue)
+    /// leads within about one round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lease::release`]: [`Error::LeaseLost`] when the leadership was already lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if cancelled before the store answered, the release is handed to the background.
+    pub async fn resign(self) -> Result<()> {
+        crate::lease::metrics::election("resigned");
+        self.lease.release().await
+    }
+
+    /// The lease itself, for code that supervises a leadership as it supervises a lease (the
+    /// command line's `elect` runs it as `run` runs a lease): releasing it resigns, losing it is
+    /// losing the leadership.
+    pub fn into_lease(self) -> Lease {
+        self.lease
+    }
+
+    async fn write(&mut self) -> Result<()> {
+        let note = self.record.encode();
+        debug_assert!(note.len() <= MAX_NOTE_LEN);
+        self.lease.write_note(&note).await
+    }
+}
+
+/// Follows who leads a name ([`Election::observe`]).
+#[derive(Debug)]
+pub struct Observer {
+    client: LeaseClient,
+    name: String,
+    every: Duration,
+    last: Option<Option<Leader>>,
+}
+
+impl Observer {
+    /// Asks the store every `every` (at least 10 ms) instead of [`DEFAULT_OBSERVE_EVERY`].
+    pub fn every(mut self, every: Duration) -> Self {
+        self.every = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The leader as last reported (`None` before the first report).
+    pub fn last(&self) -> Option<&Option<Leader>> {
+        self.last.as_ref()
+    }
+
+    /// Completes with the leader when it differs from the last one reported (the first call
+    /// reports the current one at once): a new term, a new value, or nobody (`None`). The remaining
+    /// TTL alone is no change.
+    ///
+    /// # Errors
+    ///
+    /// Store errors, as [`Election::leader`]; the observer stays usable (call again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a change not yet reported is reported by the next call.
+    pub async fn changed(&mut self) -> Result<Option<Leader>> {
+        loop {
+            let now = leader_of(&self.client, &self.name).await?;
+            let same = |a: &Option<Leader>, b: &Option<Leader>| match (a, b) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.term == b.term && a.value == b.value,
+                _ => false,
+            };
+            if !self.last.as_ref().is_some_and(|last| same(last, &now)) {
+                self.last = Some(now.clone());
+                return Ok(now);
+            }
+            tokio::time::sleep(self.every).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::store::HolderInfo;
+
+    fn record(term: u64, tag: &str) -> Record {
+        Record {
+            election: 1,
+            term,
+            value: "10.0.0.5:8080".into(),
+            holder: "h:1:0".into(),
+            since_unix_ms: 1,
+            tag: tag.into(),
+        }
+    }
+
+    #[test]
+    fn a_record_fits_a_note_at_its_limits_and_reads_back() {
+        let r = Record {
+            value: "v".repeat(MAX_VALUE_LEN),
+            holder: "h".repeat(MAX_HOLDER_LEN),
+            term: u64::MAX,
+            since_unix_ms: u64::MAX,
+            ..record(1, "0123456789ab")
+        };
+        let bytes = r.encode();
+        assert!(bytes.len() <= MAX_NOTE_LEN, "{} bytes", bytes.len());
+        assert_eq!(Record::decode(&bytes), Some(r));
+        assert_eq!(Record::decode(b"not json"), None);
+        assert_eq!(Record::decode(br#"{"election":2}"#), None);
+    }
+
+    #[test]
+    fn a_record_belongs_to_the_holder_by_token_else_by_fence() {
+        let mut info = LeaseInfo::free("n", "k".into());
+        info.held = true;
+        info.fence = Some(Fence::new(7));
+        assert!(record(7, "0123456789ab").is_of(&info));
+        assert!(!record(6, "0123456789ab").is_of(&info));
+        info.holders
+            .push(HolderInfo::new("0123456789abcdef".into(), None, None));
+        assert!(record(6, "0123456789ab").is_of(&info), "the token decides");
+        assert!(!record(7, "ffff456789ab").is_of(&info));
+        assert!(!record(7, "").is_of(&info), "an empty tag matches nobody");
+    }
+
+    #[test]
+    fn values_and_holders_are_bounded_and_printable() {
+        assert!(check_text("v", &"x".repeat(MAX_VALUE_LEN), MAX_VALUE_LEN).is_ok());
+        assert!(check_text("v", &"x".repeat(MAX_VALUE_LEN + 1), MAX_VALUE_LEN).is_err());
+        assert!(check_text("v", "a\nb", MAX_VALUE_LEN).is_err());
+        assert!(default_holder().split(':').count() >= 3);
+    }
+}

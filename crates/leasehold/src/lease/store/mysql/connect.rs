@@ -1,0 +1,130 @@
+//! Opening the MariaDB/MySQL store: the URL, the pool of statement connections, and the one check at
+//! connect (the table exists; commits reach the disk).
+
+use std::str::FromStr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use tokio_util::sync::CancellationToken;
+
+use super::errors::{classify, missing_table};
+use super::wake::Wake;
+use super::{sweep, Core, MySqlStore, MAX_KEY_LEN};
+use crate::error::{Error, Phase, Result};
+use crate::lease::store::Settings;
+use crate::url::StoreUrl;
+
+/// Statement connections per client: calls are short, so a few serve many leases.
+const POOL_SIZE: u32 = 4;
+
+/// The URL as sqlx takes it (`mariadb://` is the same protocol as `mysql://`), sessions in UTC.
+fn options(url: &StoreUrl, location: &str) -> Result<MySqlConnectOptions> {
+    let url = url.expose();
+    let url = match url.strip_prefix("mariadb://") {
+        Some(rest) => format!("mysql://{rest}"),
+        None => url.to_owned(),
+    };
+    let options = MySqlConnectOptions::from_str(&url).map_err(|e| {
+        Error::invalid(
+            "mysql url",
+            format!(
+                "`{location}` was refused ({}); use mysql://user[:password]@host[:port]/database \
+                 or mariadb://…",
+                crate::url::redact(&e.to_string())
+            ),
+        )
+    })?;
+    if options.get_database().is_none() {
+        return Err(Error::invalid(
+            "mysql url",
+            format!("`{location}` names no database; add it as the URL's path (…/database)"),
+        ));
+    }
+    Ok(options.timezone(Some("+00:00".to_owned())))
+}
+
+fn check_settings(settings: &Settings, location: &str) -> Result<()> {
+    if settings.tls_root_ca_pem.is_some() {
+        return Err(Error::invalid(
+            "tls root certificate",
+            format!(
+                "it applies to Redis; for MariaDB put `ssl-mode=VERIFY_IDENTITY&ssl-ca=PATH` in the \
+                 URL (`{location}`)"
+            ),
+        ));
+    }
+    if settings.prefix.is_empty() || settings.prefix.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            "key prefix",
+            format!(
+                "it is {} bytes long; the MariaDB store takes 1 to {MAX_KEY_LEN}",
+                settings.prefix.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Connects and checks the schema once. A malformed URL or one without a database, a missing lease
+/// table are [`Error::Invalid`] naming the fix; refused credentials [`Error::Unauthorized`]; an
+/// unreachable server [`Error::Store`] or [`Error::Timeout`] with [`Phase::Connect`].
+pub(super) async fn connect(url: &StoreUrl, settings: Settings) -> Result<MySqlStore> {
+    let location: Arc<str> = url.redacted().into();
+    check_settings(&settings, &location)?;
+    let options = options(url, &location)?;
+    let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(POOL_SIZE)
+        .min_connections(0)
+        .acquire_timeout(connect_timeout)
+        // A ping before every call would double its round trips; a dead connection is replaced when
+        // a statement on it fails instead (see `Core::run`).
+        .test_before_acquire(false)
+        .connect_lazy_with(options.clone());
+    probe(&pool, &location, connect_timeout + response_timeout).await?;
+    let sweeper = CancellationToken::new();
+    sweep::spawn(pool.clone(), settings.retention, sweeper.clone());
+    tracing::debug!(url = %location, prefix = %settings.prefix, "mariadb lease store connected");
+    Ok(MySqlStore {
+        core: Arc::new(Core {
+            pool,
+            wake: Wake::new(options, connect_timeout),
+            prefix: settings.prefix.into(),
+            response_timeout,
+            connect_timeout,
+            location,
+            round_trips: AtomicU64::new(0),
+        }),
+        sweeper,
+    })
+}
+
+/// Fails fast and clearly on an unreachable server, bad credentials or a database never migrated.
+async fn probe(pool: &sqlx::MySqlPool, location: &str, bound: Duration) -> Result<()> {
+    let query = sqlx::query_as::<_, (i64, i64, String)>(include_str!("sql/probe.sql"));
+    let (has_table, flush_at_commit, version) = tokio::time::timeout(bound, query.fetch_one(pool))
+        .await
+        .map_err(|_| Error::Timeout {
+            phase: Phase::Connect,
+            after: bound,
+        })?
+        .map_err(|e| match e {
+            sqlx::Error::PoolTimedOut => Error::Timeout {
+                phase: Phase::Connect,
+                after: bound,
+            },
+            e => classify(Phase::Connect, location)(e),
+        })?;
+    if has_table == 0 {
+        return Err(missing_table(location, "not found in the URL's database"));
+    }
+    if flush_at_commit != 1 {
+        tracing::warn!(
+            url = %location, version, flush_at_commit,
+            "innodb_flush_log_at_trx_commit is not 1: a crash can lose committed leases (fences stay monotonic)"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,3 @@
+-- read_note: the note in a name's row, whoever wrote it. ? prefix, ? name.
+-- One row (the note, possibly NULL) while the row exists, none after it was swept.
+SELECT note FROM leasehold_leases WHERE prefix = ? AND name = ?

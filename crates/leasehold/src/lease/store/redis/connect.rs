@@ -1,0 +1,131 @@
+//! Opening the Redis store: the URL's topology (one server, Sentinel, Cluster), the shared handle and
+//! the pool of dedicated connections, the scripts loaded once.
+//!
+//! Limit: connect checks that the server answers and accepts our credentials; what the topology
+//! files check beyond that (a replica, the wrong kind of node) is theirs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use redis::aio::MultiplexedConnection;
+
+use super::cluster::ClusterConn;
+use super::conn::{BlockingPool, Counted, Nodes, Route};
+use super::errors::{self, within};
+use super::scripts::{self, Tuning};
+use super::sentinel::SentinelConn;
+use super::topology::{self, Topology};
+use super::{health, standalone, RedisStore};
+use crate::error::{Phase, Result};
+use crate::lease::store::Settings;
+use crate::url::StoreUrl;
+
+impl RedisStore {
+    /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
+    /// A malformed URL is [`Error::Invalid`]; an unreachable server, missing or wrong credentials are
+    /// [`Error::Store`] or [`Error::Timeout`] with [`Phase::Connect`] (the server is asked `PING`).
+    pub(crate) async fn connect(url: &StoreUrl, settings: Settings) -> Result<Self> {
+        let location = url.redacted().to_owned();
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let (connect_timeout, response_timeout, retention) = (
+            settings.connect_timeout,
+            settings.response_timeout,
+            settings.retention,
+        );
+        let topology = topology::parse(url, settings.tls_root_ca_pem.as_deref())?;
+        if url.scheme().starts_with("rediss") {
+            super::node::prepare_tls(&location)?;
+        }
+        let one_clock = matches!(topology, Topology::Standalone);
+        let (shared, blocking, first_dedicated) =
+            open_topology(url, topology, &settings, &round_trips).await?;
+        let blocking = Arc::new(BlockingPool::new(
+            blocking,
+            connect_timeout,
+            round_trips.clone(),
+        ));
+        if let Some(probe) = first_dedicated {
+            blocking.put_idle(String::new(), probe);
+        }
+        tracing::debug!(url = %location, prefix = %settings.prefix, "redis lease store connected");
+        let store = RedisStore {
+            shared: Counted {
+                con: shared,
+                count: round_trips.clone(),
+            },
+            blocking,
+            prefix: settings.prefix.into(),
+            round_trips,
+            response_timeout,
+            connect_timeout,
+            tuning: Tuning::with_retention(retention),
+            location: location.into(),
+            allow_eviction: settings.allow_eviction,
+            watch: Arc::default(),
+            clock: one_clock.then(Arc::default),
+        };
+        // Every data node is asked what it is before anything is written: a replica, or a node that
+        // may evict lease keys without the opt-in, is refused.
+        let looked = store
+            .look_at_nodes(Phase::Connect)
+            .await
+            .map_err(errors::unauthorized_at(&store.location))?;
+        for (node, facts) in &looked {
+            health::check(node, facts, store.allow_eviction)?;
+        }
+        store.watch.observe(&looked, store.allow_eviction);
+        Ok(store)
+    }
+}
+
+/// Opens the shared connection and the nodes for dedicated ones, as the URL's topology says. A
+/// single server's probe connection (its scripts loaded) comes back as the first dedicated one.
+async fn open_topology(
+    url: &StoreUrl,
+    topology: Topology,
+    settings: &Settings,
+    round_trips: &Arc<AtomicU64>,
+) -> Result<(Route, Nodes, Option<MultiplexedConnection>)> {
+    let (connect_timeout, response_timeout) = (settings.connect_timeout, settings.response_timeout);
+    let mut first_dedicated = None;
+    let (shared, blocking) = match topology {
+        Topology::Standalone => {
+            let (shared, nodes, mut probe) =
+                standalone::connect(url, settings, round_trips.clone()).await?;
+            // The server's script cache is shared by every connection: load it once here, so
+            // that the first pipelined acquire + BLPOP is not answered NOSCRIPT (its BLPOP would
+            // block for nothing before the retry). A dedicated connection made later, perhaps
+            // after a restart, loads again.
+            within(
+                Phase::Connect,
+                response_timeout,
+                scripts::load_all(&mut probe),
+            )
+            .await?;
+            round_trips.fetch_add(1, Ordering::Relaxed);
+            first_dedicated = Some(probe);
+            (shared, nodes)
+        }
+        Topology::Sentinel(sentinel) => {
+            let conn = SentinelConn::connect(
+                sentinel,
+                connect_timeout,
+                response_timeout,
+                round_trips.clone(),
+            )
+            .await?;
+            (Route::Sentinel(conn.clone()), Nodes::Sentinel(conn))
+        }
+        Topology::Cluster(cluster) => {
+            let conn = ClusterConn::connect(
+                cluster,
+                connect_timeout,
+                response_timeout,
+                round_trips.clone(),
+            )
+            .await?;
+            (Route::Cluster(conn.clone()), Nodes::Cluster(conn))
+        }
+    };
+    Ok((shared, blocking, first_dedicated))
+}

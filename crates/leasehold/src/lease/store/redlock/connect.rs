@@ -1,0 +1,191 @@
+//! Opening a Redlock: every master asked what it is at once, replicas and duplicates refused.
+//!
+//! Limit: a master that does not answer at connect is checked when it first does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::errors::Failure;
+use super::node::{self, Node};
+use super::quorum::majority;
+use super::{FenceRule, Inner, RedlockStore};
+use crate::error::{Error, Phase, Result};
+use crate::lease::store::Settings;
+use crate::url::StoreUrl;
+
+impl RedlockStore {
+    /// Opens a Redlock over `urls`: an odd number, three or more, each any URL the single-server
+    /// store takes. Every master is asked what it is (`INFO server`, `ROLE`) at once; a replica or
+    /// a server two URLs name is [`Error::Invalid`]; a master that refuses the credentials of its URL
+    /// is [`Error::Unauthorized`] naming it; fewer than a majority answering is
+    /// [`Error::NoQuorum`]. A minority that does not answer is checked when it first does.
+    pub(crate) async fn connect(urls: &[StoreUrl], settings: Settings) -> Result<Self> {
+        Self::connect_with_rule(urls, settings, FenceRule::PROTOCOL).await
+    }
+
+    pub(crate) async fn connect_with_rule(
+        urls: &[StoreUrl],
+        settings: Settings,
+        rule: FenceRule,
+    ) -> Result<Self> {
+        let shown: Vec<&str> = urls.iter().map(StoreUrl::redacted).collect();
+        check_masters(urls, &shown)?;
+        let nodes = urls
+            .iter()
+            .map(|u| Node::new(u, &settings))
+            .collect::<Result<Vec<_>>>()?;
+        let limit = settings.connect_timeout * 2 + settings.response_timeout;
+        let ids = futures::future::join_all(nodes.iter().map(|n| n.identify(limit))).await;
+        let (seen, first_failure) = check_identities(&nodes, &ids, settings.allow_eviction)?;
+        let quorum = majority(nodes.len());
+        if seen.len() < quorum {
+            return Err(Error::NoQuorum {
+                phase: Phase::Connect,
+                answered: seen.len(),
+                needed: quorum,
+                nodes: nodes.len(),
+                source: first_failure.map(Box::new),
+            });
+        }
+        for (i, id) in ids.into_iter().enumerate() {
+            if let Ok(id) = id {
+                nodes[i].accept(id.run_id);
+            }
+        }
+        let mut wake_order: Vec<usize> = (0..nodes.len()).collect();
+        wake_order.sort_by_key(|&i| {
+            (
+                nodes[i].run_id().is_none(),
+                nodes[i].run_id().unwrap_or_default(),
+                nodes[i].location.to_string(),
+            )
+        });
+        let location = format!("redlock {}", shown.join(" "));
+        tracing::debug!(masters = %location, prefix = %settings.prefix, "redlock lease store connected");
+        Ok(RedlockStore {
+            inner: Arc::new(Inner {
+                nodes,
+                allow_eviction: settings.allow_eviction,
+                watch: Default::default(),
+                wake_order,
+                waits: std::sync::Mutex::new(HashMap::new()),
+                prefix: settings.prefix.into(),
+                response_timeout: settings.response_timeout,
+                retention: settings.retention,
+                location,
+                rule,
+            }),
+        })
+    }
+}
+
+/// Refuses a count of masters that is not odd and three or more, and a URL given twice, before
+/// anything is sent. `shown`: the URLs redacted.
+fn check_masters(urls: &[StoreUrl], shown: &[&str]) -> Result<()> {
+    if urls.len() < 3 || urls.len().is_multiple_of(2) {
+        return Err(Error::invalid(
+            "redlock masters",
+            format!(
+                "{} given ({}); Redlock needs an odd number of independent Redis masters, at least 3 (give --redis URL three or five times)",
+                urls.len(),
+                shown.join(", ")
+            ),
+        ));
+    }
+    for (i, a) in urls.iter().enumerate() {
+        if urls[..i].contains(a) {
+            return Err(Error::invalid(
+                "redlock masters",
+                format!(
+                    "`{}` is given twice; Redlock needs {} different masters",
+                    shown[i],
+                    urls.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads what each master said it is: refuses a replica, an evicting one, a server another URL
+/// names, and a master that refuses its URL's credentials. Returns the run ids seen (run id →
+/// master) and the first failure of a master that did not answer.
+fn check_identities(
+    nodes: &[Node],
+    ids: &[std::result::Result<node::Identity, Failure>],
+    allow_eviction: bool,
+) -> Result<(HashMap<String, usize>, Option<Error>)> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut first_failure = None;
+    for (i, id) in ids.iter().enumerate() {
+        match id {
+            Ok(id) => {
+                check_identity(nodes, i, id, &seen, allow_eviction)?;
+                seen.insert(id.run_id.clone(), i);
+            }
+            Err(Failure::Redis(e))
+                if crate::lease::store::redis::errors::is_credentials_refused(e) =>
+            {
+                // A master that refuses our credentials will not take a lock later either:
+                // the URL is wrong, which no majority of the others makes right.
+                return Err(crate::lease::store::redis::errors::refused_credentials(
+                    Phase::Connect,
+                    &format!("Redlock master {}", nodes[i].location),
+                    e,
+                    "give each master's user and password in its own URL \
+                     (redis://user:password@host:port, or redis://:password@host:port for \
+                     the default user)",
+                ));
+            }
+            Err(f) => {
+                tracing::warn!(url = %nodes[i].location, error = %f.to_error(Phase::Connect), "redlock master not reachable; it will be checked when it answers");
+                first_failure.get_or_insert_with(|| f.to_error(Phase::Connect));
+            }
+        }
+    }
+    Ok((seen, first_failure))
+}
+
+/// Refuses master `i` when `id` says it is not a master, or is a server another URL names (`seen`:
+/// run id → index of the masters already checked).
+pub(super) fn check_identity(
+    nodes: &[Node],
+    i: usize,
+    id: &node::Identity,
+    seen: &HashMap<String, usize>,
+    allow_eviction: bool,
+) -> Result<()> {
+    let here = &nodes[i].location;
+    if id.role != "master" {
+        return Err(Error::Misconfigured {
+            what: format!("Redlock master `{here}`"),
+            found: format!(
+                "it is not a master (ROLE says `{}`)",
+                if id.role.is_empty() { "nothing" } else { &id.role }
+            ),
+            fix: "Redlock needs independent masters: give each master's URL, never a replica's or a sentinel's".into(),
+        });
+    }
+    if id.facts.can_evict() && !allow_eviction {
+        return Err(crate::lease::store::redis::health::evicting(
+            here, &id.facts,
+        ));
+    }
+    if id.run_id.is_empty() {
+        return Err(Error::invalid(
+            "redlock masters",
+            format!("`{here}` did not say its run_id in INFO server; is it Redis?"),
+        ));
+    }
+    if let Some(&j) = seen.get(&id.run_id) {
+        return Err(Error::invalid(
+            "redlock masters",
+            format!(
+                "`{}` and `{here}` are the same Redis server (run_id {}…); Redlock needs independent masters, one URL each",
+                nodes[j].location,
+                &id.run_id[..id.run_id.len().min(8)]
+            ),
+        ));
+    }
+    Ok(())
+}

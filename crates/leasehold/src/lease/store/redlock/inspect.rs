@@ -1,0 +1,249 @@
+//! Reading a Redlock without touching it: `status` (inspect) and `list`, from a majority of masters.
+//!
+//! Limit: masters are read one after another's answer arrives; a holder may change meanwhile.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::errors::Failure;
+use super::keys::RedlockKeys;
+use super::RedlockStore;
+use crate::error::{Error, Phase, Result};
+use crate::fence::Fence;
+use crate::lease::store::redis::keys::glob_escape;
+use crate::lease::store::{HolderInfo, LeaseInfo};
+
+/// One master's view of one name: the lock's `PTTL`, the recorded fence and the lock's token.
+type KeyState = (i64, Option<u64>, Option<String>);
+
+impl RedlockStore {
+    /// The note of `name` that a majority of the masters keep (`None`: none has a majority); every
+    /// master is asked, a majority must answer.
+    pub(super) async fn read_notes(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let n = self.n();
+        let quorum = self.quorum();
+        let limit = self.inner.response_timeout;
+        let inv = Arc::new(super::scripts::read_note(&self.keys(name)));
+        let mut notes: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
+        let mut first_failure = None;
+        self.fan_out(
+            0..n,
+            |i, inner| {
+                let inv = inv.clone();
+                async move {
+                    let mut replies = inner.nodes[i]
+                        .scripts(std::slice::from_ref(&*inv), limit)
+                        .await?;
+                    let reply = replies.pop().unwrap_or(Ok(redis::Value::Nil));
+                    reply
+                        .and_then(|v| {
+                            redis::from_redis_value::<Option<Vec<u8>>>(v).map_err(Into::into)
+                        })
+                        .map_err(Failure::Redis)
+                }
+            },
+            |_, r| {
+                match r {
+                    Ok(note) => notes.push(note),
+                    Err(f) => {
+                        first_failure.get_or_insert(f);
+                    }
+                }
+                false
+            },
+        )
+        .await
+        .finish()
+        .await;
+        if notes.len() < quorum {
+            return Err(Error::NoQuorum {
+                phase: Phase::Inspect,
+                answered: notes.len(),
+                needed: quorum,
+                nodes: n,
+                source: first_failure.map(|f| Box::new(f.to_error(Phase::Inspect))),
+            });
+        }
+        let mut agreed = None;
+        for note in notes.iter().flatten() {
+            if notes
+                .iter()
+                .filter(|other| other.as_ref() == Some(note))
+                .count()
+                >= quorum
+            {
+                agreed = Some(note.clone());
+                break;
+            }
+        }
+        Ok(agreed)
+    }
+
+    /// Reads every master's `PTTL` and fence for `names`; needs a majority to answer.
+    pub(super) async fn inspect_keys(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
+        let n = self.n();
+        let quorum = self.quorum();
+        let limit = self.inner.response_timeout;
+        let keys: Arc<Vec<RedlockKeys>> =
+            Arc::new(names.iter().map(|name| self.keys(name)).collect());
+        let mut per_node: Vec<Option<Vec<KeyState>>> = vec![None; n];
+        let mut first_failure = None;
+        self.fan_out(
+            0..n,
+            |i, inner| {
+                let keys = keys.clone();
+                async move {
+                    let mut out = Vec::with_capacity(keys.len());
+                    for chunk in keys.chunks(500) {
+                        let mut pipe = redis::pipe();
+                        for k in chunk {
+                            pipe.cmd("PTTL")
+                                .arg(&k.lock)
+                                .cmd("GET")
+                                .arg(&k.fence)
+                                .cmd("GET")
+                                .arg(&k.lock);
+                        }
+                        let values: Vec<(i64, Option<String>, Option<String>)> =
+                            inner.nodes[i].query_pipe(&pipe, limit).await?;
+                        out.extend(values.into_iter().map(|(pttl, fence, token)| {
+                            (pttl, fence.and_then(|f| f.parse().ok()), token)
+                        }));
+                    }
+                    Ok(out)
+                }
+            },
+            |i, r| {
+                match r {
+                    Ok(v) => per_node[i] = Some(v),
+                    Err(f) => {
+                        first_failure.get_or_insert(f);
+                    }
+                }
+                false
+            },
+        )
+        .await;
+        let answered: Vec<&Vec<KeyState>> = per_node.iter().flatten().collect();
+        if answered.len() < quorum {
+            return Err(Error::NoQuorum {
+                phase: Phase::Inspect,
+                answered: answered.len(),
+                needed: quorum,
+                nodes: n,
+                source: first_failure.map(|f| Box::new(f.to_error(Phase::Inspect))),
+            });
+        }
+        Ok(names
+            .iter()
+            .zip(keys.iter())
+            .enumerate()
+            .map(|(j, (name, k))| {
+                let mut pttls: Vec<i64> = answered
+                    .iter()
+                    .map(|v| v[j].0)
+                    .filter(|&p| p != -2)
+                    .collect();
+                pttls.sort_unstable_by(|a, b| b.cmp(a));
+                let held = pttls.len() >= quorum;
+                let ttl_ms = if held {
+                    u64::try_from(pttls[quorum - 1]).ok()
+                } else {
+                    None
+                };
+                // The holder: the token a majority of the masters keep in the lock.
+                let tokens: Vec<&str> = answered.iter().filter_map(|v| v[j].2.as_deref()).collect();
+                let holders = tokens
+                    .iter()
+                    .find(|t| tokens.iter().filter(|o| o == t).count() >= quorum)
+                    .map(|t| HolderInfo::new((*t).to_owned(), ttl_ms, None))
+                    .into_iter()
+                    .collect();
+                LeaseInfo {
+                    name: (*name).to_owned(),
+                    key: k.lock.clone(),
+                    held,
+                    ttl_ms,
+                    fence: answered.iter().filter_map(|v| v[j].1).max().map(Fence::new),
+                    holders,
+                    ..LeaseInfo::free(name, String::new())
+                }
+            })
+            .collect())
+    }
+
+    /// `SCAN` on every master that answers (a majority must), the union of the names, then
+    /// [`Store::inspect`].
+    pub(super) async fn list_names(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
+        let n = self.n();
+        let quorum = self.quorum();
+        let limit = self.inner.response_timeout;
+        let tag_start = format!("{{{}:", self.inner.prefix);
+        let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
+        let (tag_start, matcher): (Arc<str>, Arc<str>) = (tag_start.into(), matcher.into());
+        let mut names = BTreeSet::new();
+        let mut answered = 0;
+        let mut first_failure = None;
+        self.fan_out(
+            0..n,
+            |i, inner| {
+                let (tag_start, matcher) = (tag_start.clone(), matcher.clone());
+                async move {
+                    let node = &inner.nodes[i];
+                    let mut found = Vec::new();
+                    let mut cursor: u64 = 0;
+                    loop {
+                        let mut cmd = redis::cmd("SCAN");
+                        cmd.arg(cursor)
+                            .arg("MATCH")
+                            .arg(&*matcher)
+                            .arg("COUNT")
+                            .arg(1000);
+                        let (next, keys): (u64, Vec<String>) = node.query(&cmd, limit).await?;
+                        for key in keys {
+                            let Some(rest) = key.strip_prefix(&*tag_start) else {
+                                continue;
+                            };
+                            let name = rest
+                                .strip_suffix("}:lock")
+                                .or_else(|| rest.strip_suffix("}:rl-fence"));
+                            if let Some(name) =
+                                name.filter(|n| crate::lease::names::validate_name(n).is_ok())
+                            {
+                                found.push(name.to_owned());
+                            }
+                        }
+                        cursor = next;
+                        if cursor == 0 {
+                            return Ok(found);
+                        }
+                    }
+                }
+            },
+            |_, r: std::result::Result<Vec<String>, Failure>| {
+                match r {
+                    Ok(found) => {
+                        answered += 1;
+                        names.extend(found);
+                    }
+                    Err(f) => {
+                        first_failure.get_or_insert(f);
+                    }
+                }
+                false
+            },
+        )
+        .await;
+        if answered < quorum {
+            return Err(Error::NoQuorum {
+                phase: Phase::Inspect,
+                answered,
+                needed: quorum,
+                nodes: n,
+                source: first_failure.map(|f| Box::new(f.to_error(Phase::Inspect))),
+            });
+        }
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.inspect_keys(&names).await
+    }
+}

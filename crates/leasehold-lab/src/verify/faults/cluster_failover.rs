@@ -30,6 +30,20 @@ pub(super) fn arm(cell: &mut Cell<'_>) -> anyhow::Result<()> {
             .first()
             .context("the lease's master has no replica")?;
         let mut con = c.cluster.node(master).connection()?;
+        // WAIT counts the acknowledgements of this connection's own last write (without one it
+        // returns at once): a short-lived write in the lease's slot comes after the lease's keys in
+        // the replication stream.
+        // A key's slot is its hash tag's, or (without one) the whole key's: `{key}` hashes alike.
+        let tag = match (key.starts_with('{'), key.find('}')) {
+            (true, Some(end)) => key[..=end].to_owned(),
+            _ => format!("{{{key}}}"),
+        };
+        redis::cmd("SET")
+            .arg(format!("{tag}:verify-replicated"))
+            .arg(1)
+            .arg("PX")
+            .arg(1_000)
+            .query::<()>(&mut con)?;
         let acked: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut con)?;
         anyhow::ensure!(acked >= 1, "the replica did not acknowledge within 2 s");
         c.cluster.node_mut(replica).pause()?;

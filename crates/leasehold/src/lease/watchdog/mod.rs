@@ -4,17 +4,25 @@
 //! leases in the background.
 //!
 //! [`Keeper`] is the narrow handle a held [`Lease`](crate::Lease) and the client share: the store and
-//! the channel to this task, nothing else.
+//! the way to this task, nothing else.
+//!
+//! A lease taken is not sent to the task at once: it is parked beside it ([`Parked`]), and the task
+//! is woken only when the lease's first event (its first renewal, or its deadline) comes before the
+//! time the task already sleeps until. A lease released before that event is taken off the park and
+//! the task never hears of it, so an uncontended acquire and release cost no wake-up of another task
+//! (one lock of an uncontended mutex each), however often they repeat. The task takes everything
+//! parked each time it wakes.
 //!
 //! Limit: it runs on the tokio runtime; a process (or runtime) that is stalled cannot renew, and the
 //! lease then expires in the store. The lost signal fires when the runtime runs again.
 
 mod schedule;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use self::schedule::{Renewed, Schedule};
@@ -23,15 +31,30 @@ use crate::lease::metrics;
 use crate::lease::state::LeaseState;
 use crate::lease::store::{Held, Store};
 
-/// Messages to the task.
-#[derive(Debug)]
-enum Command {
-    /// Start watching a newly acquired lease.
-    Watch(Arc<LeaseState>),
-    /// Stop watching (released explicitly).
-    Forget(u64),
-    /// Dropped without release: release it from here.
-    Release(Arc<LeaseState>),
+/// Leases handed to the task but not yet taken by it, and when it looks next.
+#[derive(Debug, Default)]
+struct Parked {
+    /// Leases taken since the task last looked, by id.
+    watch: HashMap<u64, Arc<LeaseState>>,
+    /// Leases the task watches that were released since it last looked.
+    forget: Vec<u64>,
+    /// When the task wakes next on its own (`None`: only when told).
+    wakes_at: Option<Instant>,
+}
+
+/// The park and the task's wake-up, shared by the task and every [`Keeper`].
+#[derive(Debug, Default)]
+struct Shared {
+    parked: Mutex<Parked>,
+    wake: Notify,
+}
+
+impl Shared {
+    fn parked(&self) -> std::sync::MutexGuard<'_, Parked> {
+        // A panic while the lock was held cannot leave the maps half-updated in a way that matters
+        // (each update is one insert or remove): go on with them.
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The store and the way to the client's renewal task: what a held lease needs, and all it holds.
@@ -39,17 +62,24 @@ enum Command {
 pub(crate) struct Keeper {
     /// Where the leases live.
     store: Arc<dyn Store>,
-    /// To the renewal task.
-    commands: mpsc::UnboundedSender<Command>,
+    /// Leases dropped without release, for the task to release.
+    releases: mpsc::UnboundedSender<Arc<LeaseState>>,
+    /// The park.
+    shared: Arc<Shared>,
 }
 
 impl Keeper {
     /// Spawns the client's renewal task (inside a Tokio runtime); it runs while any clone of the
     /// returned handle lives.
     pub(crate) fn spawn(store: Arc<dyn Store>, response_timeout: Duration) -> Self {
-        let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, store.clone(), response_timeout));
-        Keeper { store, commands }
+        let (releases, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::default());
+        tokio::spawn(run(rx, shared.clone(), store.clone(), response_timeout));
+        Keeper {
+            store,
+            releases,
+            shared,
+        }
     }
 
     /// The store.
@@ -62,20 +92,49 @@ impl Keeper {
         self.store.clone()
     }
 
-    /// Starts renewing `state`.
+    /// Starts renewing `state`: parks it, and wakes the task only if the lease's first event comes
+    /// before the task's next look.
     pub(crate) fn watch(&self, state: Arc<LeaseState>) {
-        let _ = self.commands.send(Command::Watch(state));
+        let first = match state.first_renewal {
+            Some(r) => r.min(state.effective_deadline()),
+            None => state.effective_deadline(),
+        };
+        let mut p = self.shared.parked();
+        p.watch.insert(state.id, state);
+        let wake = p.wakes_at.is_none_or(|at| first < at);
+        drop(p);
+        if wake {
+            self.shared.wake.notify_one();
+        }
     }
 
-    /// Stops renewing lease `id` (it is being released).
+    /// Stops renewing lease `id` (it is being released). A lease still parked is taken off the
+    /// park; the task, which watches the others, forgets them when it next looks, before renewing.
     pub(crate) fn forget(&self, id: u64) {
-        let _ = self.commands.send(Command::Forget(id));
+        let mut p = self.shared.parked();
+        if p.watch.remove(&id).is_none() {
+            p.forget.push(id);
+        }
     }
 
     /// Releases `state` from the task (Drop does no I/O in place).
     pub(crate) fn release_in_background(&self, state: Arc<LeaseState>) {
-        let _ = self.commands.send(Command::Release(state));
+        self.forget(state.id);
+        let _ = self.releases.send(state);
     }
+}
+
+/// Moves the parked leases into the schedule and records when the task wakes next, under one lock:
+/// a lease parked after this sees the new time, one parked before is in the schedule.
+fn take_parked(shared: &Shared, schedule: &mut Schedule) {
+    let mut p = shared.parked();
+    for id in p.forget.drain(..) {
+        schedule.forget(id);
+    }
+    for (_, state) in p.watch.drain() {
+        schedule.watch(state);
+    }
+    p.wakes_at = schedule.next_wake();
 }
 
 /// Upper bound on waiting for one renewal batch; a hung store is noticed by the deadline timers
@@ -93,7 +152,8 @@ fn batch_timeout(items: &[Arc<LeaseState>], response_timeout: Duration) -> Durat
 
 /// Runs until every sender (the client, its clones and its leases) is gone.
 async fn run(
-    mut commands: mpsc::UnboundedReceiver<Command>,
+    mut dropped: mpsc::UnboundedReceiver<Arc<LeaseState>>,
+    shared: Arc<Shared>,
     store: Arc<dyn Store>,
     response_timeout: Duration,
 ) {
@@ -105,23 +165,14 @@ async fn run(
     loop {
         let mut releases = Vec::new();
         tokio::select! {
-            cmd = commands.recv() => {
-                let Some(cmd) = cmd else { break };
-                let mut pending = vec![cmd];
-                while let Ok(c) = commands.try_recv() {
-                    pending.push(c);
-                }
-                for cmd in pending {
-                    match cmd {
-                        Command::Watch(state) => schedule.watch(state),
-                        Command::Forget(id) => schedule.forget(id),
-                        Command::Release(state) => {
-                            schedule.forget(state.id);
-                            releases.push(state);
-                        }
-                    }
+            state = dropped.recv() => {
+                let Some(state) = state else { break };
+                releases.push(state);
+                while let Ok(s) = dropped.try_recv() {
+                    releases.push(s);
                 }
             }
+            () = shared.wake.notified() => {}
             Some((sent_at, batch)) = outcomes.recv() => {
                 let t = schedule.settle(sent_at, Instant::now(), store.clock_rate(), batch);
                 metrics::renewals("renewed", t.renewed);
@@ -134,6 +185,7 @@ async fn run(
                 look_in_background(&store, &looking);
             }
         }
+        take_parked(&shared, &mut schedule);
         let due = schedule.due(Instant::now());
         if !due.is_empty() {
             let (store, tx) = (store.clone(), outcome_tx.clone());
@@ -144,6 +196,8 @@ async fn run(
                 let _ = tx.send((sent_at, results));
             });
         }
+        // What `due` changed (renewals in flight, losses fired) moves the next wake.
+        take_parked(&shared, &mut schedule);
         if !releases.is_empty() {
             let store = store.clone();
             tokio::spawn(async move {

@@ -2,7 +2,7 @@
 //!
 //! Promise: every key of a name shares the hash tag `{<prefix>:<name>}`, so in Redis Cluster they live
 //! in one slot and a script may touch them together; the scripts derive the names below from the lock
-//! key they are given (`scripts/lib.lua`), and a test checks that both agree. Limit: the names are a
+//! key they are given (`scripts/names.lua`), and a test checks that both agree. Limit: the names are a
 //! layout, not an API; only `lock` is promised to stay (other `SET NX PX` locks share it).
 
 use crate::error::Result;

@@ -9,11 +9,16 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::duration;
 
-/// Leases with fencing tokens (on Redis and other stores), and proof of what they can and cannot
-/// promise.
+/// Leases with fencing tokens, and proof of what they promise
+///
+/// The leasehold command: run a command under a lease, inspect and force-release leases, the live
+/// demo, verify and bench. Leases with fencing tokens (on Redis and other stores), and proof of what
+/// they can and cannot promise.
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version, about)]
+#[command(name = "leasehold", version)]
 pub(crate) struct Cli {
+    /// More on stderr: -v info, -vv debug, -vvv trace
+    ///
     /// More on stderr: -v info (`run` says when it acquires and releases), -vv debug, -vvv trace.
     ///
     /// Log lines go to stderr through `tracing`; RUST_LOG (e.g. `RUST_LOG=leasehold=debug`), when
@@ -34,13 +39,18 @@ pub(crate) enum Command {
     /// If `run` itself dies (kill -9, OOM killer), the command's parent, a watcher process, stops it.
     ///
     /// Exit codes: the command's own (128+N if it died by signal N); 2 bad usage; 69 store unreachable;
-    /// 70 leasehold failed (e.g. its watcher was killed; the command was stopped); 75 busy (see
-    /// --busy-exit-code); 76 the lease was lost and the command was stopped; 126/127 the command could
-    /// not be executed / was not found.
+    /// 70 leasehold failed (e.g. its watcher was killed; the command was stopped); 74 the command
+    /// exited 0 but the lease could not be released (it stays held until its TTL lapses); 75 busy (see
+    /// --busy-exit-code); 76 the lease was lost, or became suspect under --on-suspect stop, and the
+    /// command was stopped; 77 the store refused our credentials or a permission; 78 the store is
+    /// misconfigured (a replica, an evicting memory policy, a key of the wrong type under leasehold's
+    /// names); 126/127 the command could not be executed / was not found.
     #[command(
         after_help = "Example: leasehold run --wait 30s --ttl 1m nightly-import -- ./import.sh --full"
     )]
     Run(RunArgs),
+    /// Campaign to lead NAME; run a command while leader
+    ///
     /// Campaign to lead NAME; run a command while leader, with the term in LEASEHOLD_TERM.
     ///
     /// Waits (in the store's queue, woken by the leader's release, never polling) until it leads,
@@ -52,29 +62,50 @@ pub(crate) enum Command {
     /// The term is a fencing token: present LEASEHOLD_TERM (the same as LEASEHOLD_FENCE) to fenced
     /// writes so that a deposed leader's writes are refused.
     ///
-    /// Exit codes: as `run`'s (the command's own; 2 bad usage; 69 store unreachable; 75 not leader
-    /// within --wait; 76 the leadership was lost and the command was stopped).
+    /// Exit codes: as `run`'s (the command's own; 2 bad usage; 69 store unreachable; 70 leasehold
+    /// failed; 74 the command exited 0 but the leadership could not be resigned (it stays held until
+    /// its TTL lapses); 75 not leader within --wait; 76 the leadership was lost, or became suspect
+    /// under --on-suspect stop, and the command was stopped; 77 the store refused our credentials or
+    /// a permission; 78 the store is misconfigured; 126/127 the command could not be executed / was
+    /// not found).
     #[command(
         after_help = "Example: leasehold elect --again --value \"$(hostname):8080\" scheduler -- ./scheduler"
     )]
     Elect(ElectArgs),
+    /// Show who leads an election: term, value, holder, since when
+    ///
     /// Show who leads an election: term, advertised value, holder, since when.
     ///
-    /// Exit codes: 0 someone leads; 3 nobody leads; 2 bad usage; 69 store unreachable.
+    /// Exit codes: 0 someone leads; 3 nobody leads; 2 bad usage; 69 store unreachable; 77 the store
+    /// refused our credentials or a permission; 78 the store is misconfigured.
     Leader(LeaderArgs),
+    /// Show what ran in each slot of a `run --once-per` job
+    ///
     /// Show what ran in each slot of a `run --once-per` job: outcome, holder, fence, start,
     /// duration, exit code, attempts.
     ///
     /// Records are kept as long as the store keeps the slot's name (at least two periods).
     History(HistoryArgs),
+    /// Show whether a lease is held, for how long, and its fence
+    ///
     /// Show whether a lease is held, for how long, its current fence and where the store keeps it.
     Status(StatusArgs),
     /// List leases whose name matches a glob pattern (default: all).
     List(ListArgs),
+    /// UNSAFE: take a lease away from its holder, advance its fence
+    ///
     /// UNSAFE operator override: take a lease away from its holder and advance its fence.
+    ///
+    /// The evicted holder is NOT asked: its renewal fails, its `leasehold run` stops its command
+    /// (exit 76), and fenced resources refuse its later writes. Anything it does outside fenced
+    /// resources before it notices can overlap with the next holder. Use it to unstick a lease whose
+    /// holder you know is dead or must stop now.
     Release(ReleaseArgs),
+    /// Create or upgrade leasehold's tables in a database
+    ///
     /// Create or upgrade leasehold's tables in a PostgreSQL, MariaDB/MySQL or SQLite database: the
-    /// lease table a postgres:// or mysql:// store needs, and the tables of fenced writes, idempotency keys and the inbox.
+    /// lease table a postgres:// or mysql:// store needs, and the tables of fenced writes,
+    /// idempotency keys and the inbox.
     ///
     /// Run it once before the first `leasehold run --store postgres://…` (the store does not change
     /// the schema by itself). Idempotent and safe to run from several places at once.
@@ -82,6 +113,8 @@ pub(crate) enum Command {
     /// Exit codes: 0 done; 2 bad URL or no such database; 69 unreachable; 77 credentials refused.
     #[command(after_help = "Example: leasehold migrate --store postgres://app@db.internal/app")]
     Migrate(MigrateArgs),
+    /// Print a shell completion script to stdout
+    ///
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(
         after_help = "Example: leasehold completions bash > ~/.local/share/bash-completion/completions/leasehold"
@@ -99,15 +132,19 @@ pub(crate) enum Command {
     /// Measure leasehold against the protocol's limit.
     #[cfg(feature = "lab")]
     Bench(leasehold_lab::bench::BenchArgs),
+    /// Internal: a worker process of `leasehold demo`
     #[cfg(feature = "lab")]
     #[command(name = "__demo-worker", hide = true)]
     DemoWorker(leasehold_lab::demo::WorkerArgs),
+    /// Internal: a worker process of `leasehold verify`
     #[cfg(feature = "lab")]
     #[command(name = "__verify-worker", hide = true)]
     VerifyWorker(leasehold_lab::verify::WorkerArgs),
+    /// Internal: a worker process of `leasehold bench`
     #[cfg(feature = "lab")]
     #[command(name = "__bench-worker", hide = true)]
     BenchWorker(leasehold_lab::bench::WorkerArgs),
+    /// Internal: the watcher process that is the parent of `run`'s command
     #[command(name = "__run-watcher", hide = true)]
     RunWatcher(crate::watcher::WatcherArgs),
 }
@@ -123,7 +160,10 @@ pub(crate) struct CompletionsArgs {
 /// Where the leases live.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct StoreArgs {
-    /// The lease store's URL: redis://, rediss://, redis-sentinel://, redis-cluster://, postgres://, etcd://.
+    /// Store URL: redis://, postgres://, mysql://, mariadb://, etcd://…
+    ///
+    /// The lease store's URL: redis://, rediss://, redis-sentinel://, redis-cluster://, postgres://,
+    /// mysql://, mariadb://, etcd://, etcds://.
     ///
     /// `redis://[user:password@]host[:port][/db]` or `rediss://…` (TLS); through
     /// Sentinel `redis-sentinel://[user:password@]host[:port][,host[:port]…][/db][?sentinel_password=…]#master`;
@@ -143,9 +183,9 @@ pub(crate) struct StoreArgs {
         hide_env_values = true
     )]
     pub(crate) urls: Vec<String>,
-    /// Key prefix: the namespace of lease names in the store.
+    /// Key prefix: the namespace of lease names in the store
     ///
-    /// Redis keys {PREFIX:NAME}:lock, :fence,
+    /// Key prefix: the namespace of lease names in the store (Redis keys {PREFIX:NAME}:lock, :fence,
     /// :queue and the like; the `prefix` column of PostgreSQL's leasehold_leases; etcd keys
     /// PREFIX/{NAME} and PREFIX/{NAME}/TOKEN).
     #[arg(
@@ -155,6 +195,8 @@ pub(crate) struct StoreArgs {
         default_value = "leasehold"
     )]
     pub(crate) key_prefix: String,
+    /// How long the store keeps a name after its last use
+    ///
     /// How long the store keeps what it knows of a name after its last use.
     ///
     /// On Redis the fence key; the queue's keys live seconds. Names no longer used leave nothing
@@ -168,6 +210,8 @@ pub(crate) struct StoreArgs {
         default_value = "1h"
     )]
     pub(crate) retention: Duration,
+    /// Use a Redis that may evict lease keys (refused otherwise)
+    ///
     /// Use a Redis whose memory policy may evict lease keys (`maxmemory` with a `maxmemory-policy`
     /// other than `noeviction`), which is refused otherwise: an evicted lock key lets a second
     /// holder in while the first still runs. With it, leasehold warns once and a lease whose key
@@ -203,6 +247,8 @@ impl StoreArgs {
 /// How a command runs under a lease, for `run` and `elect` alike.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SuperviseArgs {
+    /// Lease length on the server, renewed every third of it
+    ///
     /// Lease length on the server; renewed every third of it while the command runs.
     ///
     /// A holder (or leader) that stops renewing (crash, pause) keeps others out for at most this
@@ -215,6 +261,8 @@ pub(crate) struct SuperviseArgs {
     /// when leasehold dies, or to what the command left running when it exits.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
     pub(crate) grace: Duration,
+    /// What to do when the lease becomes suspect (at risk)
+    ///
     /// What to do when the lease becomes suspect: at risk before its deadline (renewals failing, or
     /// the store's clock running faster than ours beyond the drift allowance).
     ///
@@ -222,6 +270,8 @@ pub(crate) struct SuperviseArgs {
     /// command as a lost lease does (SIGTERM, SIGKILL after --grace) and exits 76.
     #[arg(long, value_name = "ACTION", value_enum, default_value_t = OnSuspect::Warn)]
     pub(crate) on_suspect: OnSuspect,
+    /// Exit code when the lease is busy and no wait is left
+    ///
     /// Exit code when the lease (for `elect`, the leadership) is not had and no wait is left (like
     /// flock -E).
     #[arg(long, value_name = "CODE", default_value_t = crate::exit::BUSY,
@@ -232,6 +282,8 @@ pub(crate) struct SuperviseArgs {
     /// The metrics: wait, hold, renewals, lost leases.
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_addr: Option<SocketAddr>,
+    /// Serve `/healthz` and `/leader` over HTTP on this address
+    ///
     /// Serve `/healthz` and `/leader` over HTTP on this address, e.g. 0.0.0.0:8081, for
     /// Kubernetes probes and load balancers.
     ///
@@ -254,15 +306,21 @@ pub(crate) struct RunArgs {
     pub(crate) wait: Duration,
     #[command(flatten)]
     pub(crate) supervise: SuperviseArgs,
+    /// Hard cap on how long the command may hold the lease
+    ///
     /// Hard cap on how long the command may hold the lease (default: none).
     ///
     /// When reached, the lease counts as lost and the command is stopped (exit 76).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub(crate) max_hold: Option<Duration>,
+    /// Keep the lease at least this long after the command started
+    ///
     /// Keep the lease at least this long after the command started, even if it ends sooner
     /// (ShedLock's lockAtLeastFor; --once-per does not need it).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub(crate) min_hold: Option<Duration>,
+    /// Run at most once per slot of PERIOD (`1h`, `1d`)
+    ///
     /// Run the command at most once per slot of PERIOD (`1h`, `1d`): for a scheduled job fired on
     /// every replica.
     ///
@@ -274,6 +332,8 @@ pub(crate) struct RunArgs {
     /// then the last attempt's code. `leasehold history NAME` shows every slot.
     #[arg(long, value_name = "PERIOD", value_parser = duration::parse, conflicts_with_all = ["wait", "permits"])]
     pub(crate) once_per: Option<Duration>,
+    /// Shift the slots of --once-per
+    ///
     /// Shift the slots of --once-per: `--once-per 1d --offset 2h` is daily at 02:00 UTC.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, requires = "once_per")]
     pub(crate) offset: Option<Duration>,
@@ -284,6 +344,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "CODE", default_value_t = 0,
           value_parser = clap::value_parser!(i32).range(0..=255))]
     pub(crate) done_exit_code: i32,
+    /// Holders the name admits at once: 1 is a lock, more a semaphore
+    ///
     /// Holders the name admits at once: 1 (the default) is a lock, more a semaphore.
     ///
     /// This run holds one of the permits. Everyone using a name must give the same number while
@@ -293,6 +355,8 @@ pub(crate) struct RunArgs {
     /// Say on stderr when the lease is acquired and released (the global -v).
     #[arg(skip)]
     pub(crate) verbose: bool,
+    /// Lease name
+    ///
     /// Lease name (no braces or control characters, at most 256 bytes).
     pub(crate) name: String,
     /// The command and its arguments, after `--`.
@@ -308,18 +372,26 @@ pub(crate) struct RunArgs {
 pub(crate) struct ElectArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+    /// What the leader advertises, e.g. its address
+    ///
     /// What the leader advertises (an address, an id), shown by `leasehold leader`; at most 512
     /// bytes. Default: the holder identity.
     #[arg(long, value_name = "VALUE")]
     pub(crate) value: Option<String>,
+    /// Who this candidate is, shown by `leasehold leader`
+    ///
     /// Who this candidate is, shown by `leasehold leader`; at most 128 bytes, nothing secret.
     /// Default: host name, process id and a random id.
     #[arg(long, value_name = "HOLDER")]
     pub(crate) holder: Option<String>,
+    /// Campaign again after the command ends: a standby replica
+    ///
     /// After the command ends (stopped or exited), campaign again: a standby replica. Without
     /// it, `elect` exits with the command's code.
     #[arg(long)]
     pub(crate) again: bool,
+    /// How long each campaign waits to lead
+    ///
     /// How long each campaign waits to lead (default: as long as it takes).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub(crate) wait: Option<Duration>,
@@ -328,6 +400,8 @@ pub(crate) struct ElectArgs {
     /// Say on stderr when this candidate leads and resigns (the global -v).
     #[arg(skip)]
     pub(crate) verbose: bool,
+    /// Election name
+    ///
     /// Election name (a lease name: no braces or control characters, at most 256 bytes).
     pub(crate) name: String,
     /// The command and its arguments, after `--`.
@@ -342,10 +416,14 @@ pub(crate) struct ElectArgs {
 pub(crate) struct LeaderArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+    /// Print one JSON object, or `null` when nobody leads
+    ///
     /// Print one JSON object (name, term, value, holder, since_unix_ms, ttl_ms), or `null` when
     /// nobody leads.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Keep printing a line per change of leader or value
+    ///
     /// Keep printing: one line (or JSON object) per change of leader or value, until interrupted.
     #[arg(long)]
     pub(crate) watch: bool,
@@ -357,14 +435,20 @@ pub(crate) struct LeaderArgs {
 pub(crate) struct HistoryArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+    /// Print a JSON array of records
+    ///
     /// Print a JSON array of records (job, slot, outcome, attempts, holder, fence,
     /// started_unix_ms, duration_ms, exit_code).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Print the last success time and counts for Prometheus
+    ///
     /// Print the last success time and counts in Prometheus's text format, for node_exporter's
     /// textfile collector.
     #[arg(long, conflicts_with = "json")]
     pub(crate) prometheus: bool,
+    /// Most slots shown, newest first
+    ///
     /// Most slots shown, newest first (`--prometheus` counts every slot on record).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub(crate) limit: usize,
@@ -382,9 +466,9 @@ pub(crate) struct MigrateArgs {
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
-    /// Print one JSON object.
+    /// Print one JSON object
     ///
-    /// Its fields: name, key, held, ttl_ms, fence, permits, free, holders, waiting, fence_key,
+    /// Print one JSON object. Its fields: name, key, held, ttl_ms, fence, permits, free, holders, waiting, fence_key,
     /// queue_key.
     #[arg(long)]
     pub(crate) json: bool,
@@ -396,6 +480,8 @@ pub(crate) struct StatusArgs {
 pub(crate) struct ListArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+    /// Print a JSON array, each object as `status --json` prints it
+    ///
     /// Print a JSON array of objects, each as `status --json` prints one.
     #[arg(long)]
     pub(crate) json: bool,
@@ -405,19 +491,16 @@ pub(crate) struct ListArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(
-    long_about = "UNSAFE operator override: delete a lease whoever holds it and advance its fence.\n\n\
-The evicted holder is NOT asked: its renewal fails, its `leasehold run` stops its command (exit 76), \
-and fenced resources refuse its later writes. Anything it does outside fenced resources before it \
-notices can overlap with the next holder. Use it to unstick a lease whose holder you know is dead or \
-must stop now."
-)]
 pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     pub(crate) store: StoreArgs,
+    /// Required: confirms you mean to evict the holder
+    ///
     /// Required: confirms you mean to evict whoever holds the lease (unsafe for that holder).
     #[arg(long, required = true)]
     pub(crate) force: bool,
+    /// Evict only the holder with this token
+    ///
     /// Evict only the holder with this token (as `status` lists them); without it, every holder.
     #[arg(long, value_name = "TOKEN")]
     pub(crate) token: Option<String>,
@@ -435,4 +518,95 @@ pub(crate) enum OnSuspect {
     Warn,
     /// Stop the command as a lost lease does; exit 76.
     Stop,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// The longest a short help or about may be, in characters.
+    const MAX: usize = 80;
+
+    fn too_long(text: &str) -> bool {
+        text.contains('\n') || text.chars().count() > MAX
+    }
+
+    /// Every short help and about under `cmd` that is not one line of at most [`MAX`] characters.
+    fn long_lines(cmd: &clap::Command, parent: &str, bad: &mut Vec<String>) {
+        let path = if parent.is_empty() {
+            cmd.get_name().to_owned()
+        } else {
+            format!("{parent} {}", cmd.get_name())
+        };
+        if let Some(about) = cmd.get_about().map(ToString::to_string) {
+            if too_long(&about) {
+                bad.push(format!("`{path}` about ({} chars): {about}", about.len()));
+            }
+        }
+        // A global argument is checked where it is defined, not again in every subcommand.
+        for arg in cmd
+            .get_arguments()
+            .filter(|a| parent.is_empty() || !a.is_global_set())
+        {
+            if let Some(help) = arg.get_help().map(ToString::to_string) {
+                if too_long(&help) {
+                    bad.push(format!(
+                        "`{path}` argument `{}` help ({} chars): {help}",
+                        arg.get_id(),
+                        help.len()
+                    ));
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            long_lines(sub, &path, bad);
+        }
+    }
+
+    #[test]
+    fn every_short_help_and_about_is_one_short_line() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut bad = Vec::new();
+        long_lines(&cmd, "", &mut bad);
+        assert!(
+            bad.is_empty(),
+            "{} short helps or abouts are not one line of at most {MAX} characters \
+             (make the doc comment's first paragraph a short summary):\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+    }
+
+    #[test]
+    fn run_and_elect_long_help_list_every_exit_code_of_leasehold_itself() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        for name in ["run", "elect"] {
+            let sub = cmd.find_subcommand(name).expect("the subcommand exists");
+            let long = sub
+                .get_long_about()
+                .unwrap_or_else(|| panic!("`{name}` has a long about"))
+                .to_string();
+            for code in [
+                "; 2 ",
+                "; 69 ",
+                "; 70 ",
+                "; 74 ",
+                "; 75 ",
+                "; 76 ",
+                "; 77 ",
+                "; 78 ",
+                "; 126/127 ",
+            ] {
+                assert!(
+                    long.contains(code),
+                    "`{name} --help` lacks exit code {}: {long}",
+                    code.trim_matches([';', ' '])
+                );
+            }
+        }
+    }
 }

@@ -57,6 +57,8 @@ pub(crate) struct WatcherArgs {
     /// Grace between SIGTERM and SIGKILL when `run` dies.
     #[arg(long)]
     grace_ms: u64,
+    /// Start the command in this existing process group
+    ///
     /// Start the command in this existing process group (`run`'s, on a terminal) instead of its own.
     #[arg(long)]
     join_group: Option<i32>,

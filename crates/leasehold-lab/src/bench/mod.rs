@@ -62,12 +62,18 @@ pub enum Scenario {
 /// Command-line arguments of `leasehold bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
+    /// Short runs (under a minute in all), for a smoke check
+    ///
     /// Short runs (under a minute in all), for a smoke check; the figures are noisier.
     #[arg(long)]
     pub quick: bool,
+    /// Print one JSON object on stdout instead of the table
+    ///
     /// Print one JSON object on stdout instead of the table (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// PostgreSQL for S4
+    ///
     /// PostgreSQL for S4. S4 on PostgreSQL is skipped, with a note, when it cannot be reached.
     #[arg(
         long,
@@ -91,6 +97,8 @@ pub struct BenchArgs {
     /// Leases held in S3.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub leases: u64,
+    /// Also run S2 with the baseline lock polling (tasks mode)
+    ///
     /// Also run S2 with the baseline lock polling (tasks mode), to show what wake-ups buy.
     #[arg(long)]
     pub baseline_s2: bool,
@@ -114,6 +122,8 @@ pub struct WorkerArgs {
     /// The part this worker plays.
     #[arg(value_enum)]
     pub role: WorkerRole,
+    /// The benchmark's redis-server (S2), or the store (S3)
+    ///
     /// The benchmark's redis-server (S2), or the store to hold leases in (S3: any store URL).
     #[arg(long, value_name = "URL")]
     pub redis_url: String,

@@ -31,10 +31,14 @@ use style::Style;
 /// Command-line arguments of `leasehold demo`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
+    /// Use this Redis instead of starting a private redis-server
+    ///
     /// Use this Redis instead of starting a private redis-server. The demo's keys live under a
     /// unique prefix and are deleted at the end.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+    /// Run only this scene (1-7); repeat for several
+    ///
     /// Run only this scene (1-7); repeat for several. Scene 6 starts its own Sentinel set (a
     /// primary, a replica and three sentinels) and scene 7 its own three Redis masters, also with
     /// `--redis`.
@@ -48,6 +52,8 @@ pub struct DemoArgs {
 /// Arguments of the hidden worker process that the live demo spawns (`leasehold __demo-worker`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
+    /// Which holder to play: setnx, token, fenced or redlock
+    ///
     /// Which holder to play: `setnx` (scene 1), `token` (scene 3), `fenced` (scene 4), `redlock`
     /// (scene 7).
     #[arg(long)]

@@ -130,6 +130,8 @@ display_as_value_enum!(Workload, Fault, Strategy);
 /// Command-line arguments of `leasehold verify`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyArgs {
+    /// A short run for CI and a first look (under 3 minutes on 2 cores)
+    ///
     /// A short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload
     /// under the pause fault (the strategies on PostgreSQL and etcd on the counter only), and every
     /// fault on the counter workload, one injection per cell. Without it, every cell of the matrix
@@ -140,25 +142,34 @@ pub struct VerifyArgs {
     /// Write the cells as a JSON array to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write an HTML report into this directory (`index.html`)
+    ///
     /// Write an HTML report (table and SVG timelines) into this directory (`index.html`).
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
+    /// Use this Redis instead of private redis-server processes
+    ///
     /// Use this Redis instead of private redis-server processes. Faults that kill Redis are skipped.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
+    /// Use this database (postgres://… or sqlite://FILE)
+    ///
     /// Use this database (postgres://… or sqlite://FILE) instead of a temporary SQLite file. Each cell
     /// works in its own schema on PostgreSQL (dropped afterwards) or its own `r<run>_c<cell>_` tables
     /// on SQLite (kept, for inspection).
     #[arg(long, value_name = "URL")]
     pub database: Option<String>,
-    /// Only these workloads (repeat or comma-separate).
-    #[arg(long, value_delimiter = ',')]
+    /// Only these workloads, comma-separated (names: see --help)
+    #[arg(long, value_delimiter = ',', hide_possible_values = true,
+          long_help = with_values::<Workload>("Only these workloads (repeat or comma-separate)."))]
     pub workload: Vec<Workload>,
-    /// Only these faults (repeat or comma-separate).
-    #[arg(long, value_delimiter = ',')]
+    /// Only these faults, comma-separated (names: see --help)
+    #[arg(long, value_delimiter = ',', hide_possible_values = true,
+          long_help = with_values::<Fault>("Only these faults (repeat or comma-separate)."))]
     pub fault: Vec<Fault>,
-    /// Only these strategies (repeat or comma-separate).
-    #[arg(long, value_delimiter = ',')]
+    /// Only these strategies, comma-separated (names: see --help)
+    #[arg(long, value_delimiter = ',', hide_possible_values = true,
+          long_help = with_values::<Strategy>("Only these strategies (repeat or comma-separate)."))]
     pub strategy: Vec<Strategy>,
     /// Worker processes per cell.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=16))]
@@ -166,6 +177,8 @@ pub struct VerifyArgs {
     /// Lease time-to-live in milliseconds (the faults last about three times this).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub ttl_ms: u64,
+    /// Fault injections per cell (default: 1 with --quick, else 5)
+    ///
     /// Fault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and
     /// Cluster failovers and for the strategies on PostgreSQL and etcd).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
@@ -173,6 +186,25 @@ pub struct VerifyArgs {
     /// The executable to spawn workers from (default: this program). For tests.
     #[arg(long, hide = true, value_name = "PATH")]
     pub worker_exe: Option<PathBuf>,
+}
+
+/// The `--help` text of an option whose values are `T`'s: `summary`, then each value with what it
+/// means, the list clap would print itself if `-h` were to show it too (`-h` hides it: too long).
+fn with_values<T: clap::ValueEnum>(summary: &str) -> String {
+    let mut text = format!("{summary}\n\nPossible values:");
+    for value in T::value_variants()
+        .iter()
+        .filter_map(T::to_possible_value)
+        .filter(|v| !v.is_hide_set())
+    {
+        text.push_str("\n- ");
+        text.push_str(value.get_name());
+        if let Some(help) = value.get_help() {
+            text.push_str(": ");
+            text.push_str(&help.to_string());
+        }
+    }
+    text
 }
 
 impl Default for VerifyArgs {
@@ -203,10 +235,14 @@ pub struct WorkerArgs {
     /// The workload.
     #[arg(long)]
     pub workload: Workload,
+    /// Redis URL (through the harness's proxy); one per master
+    ///
     /// Redis URL (through the harness's proxy); not needed for db-guards. Repeated, one per master,
     /// for Redlock.
     #[arg(long)]
     pub redis: Vec<String>,
+    /// The lease store's URL (postgres://… or etcd://…)
+    ///
     /// The lease store's URL (postgres://… or etcd://…) for the strategies whose lease is not on
     /// Redis.
     #[arg(long)]
@@ -232,6 +268,8 @@ pub struct WorkerArgs {
     /// A lock wait longer than this is a stall: reported, then the operation is retried.
     #[arg(long, default_value_t = 5_000)]
     pub stall_ms: u64,
+    /// The first operation number
+    ///
     /// The first operation number (a replacement worker continues where the killed one stopped).
     #[arg(long, default_value_t = 0)]
     pub start_op: u64,

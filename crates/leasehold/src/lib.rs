@@ -22,7 +22,7 @@
 //! | state flow, data consistency | [`state`] | declared transition tables, conditional updates, bounded decrements | business rules you did not declare |
 //! | fault recovery | [`Error`] | every error says whether retrying is safe ([`Error::is_retryable`]) | compensation: that is yours to design |
 //!
-//! [`db`] holds what the SQL modules share: the database handle (PostgreSQL or SQLite) and the
+//! [`db`] holds what the SQL modules share: the database handle (PostgreSQL, MariaDB/MySQL or SQLite) and the
 //! migrations leasehold ships (tables prefixed `leasehold_`).
 //!
 //! The `leasehold` command-line tool (crate `leasehold-cli`) and the demo, fault-injection verifier and

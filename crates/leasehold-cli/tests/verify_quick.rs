@@ -75,14 +75,15 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
     }
     let ran = |c: &Value| c["status"] == "ran";
 
-    // Safe by design: exactly the fenced leases (one Redis server, Redlock, an election, PostgreSQL, etcd) and
-    // the database guards, all at 0.
+    // Safe by design: exactly the fenced leases (one Redis server, Redlock, an election, PostgreSQL,
+    // MariaDB, etcd) and the database guards, all at 0.
     for c in cells(&json, |c| c["safe_by_design"] == true) {
         assert!(
             c["strategy"] == "lease-fence"
                 || c["strategy"] == "redlock-fence"
                 || c["strategy"] == "election-fence"
                 || c["strategy"] == "pg-lease-fence"
+                || c["strategy"] == "mysql-lease-fence"
                 || c["strategy"] == "etcd-lease-fence"
                 || c["strategy"] == "db-guards",
             "{c}"
@@ -220,6 +221,8 @@ fn garbage_input_is_refused_with_a_clear_error() {
         err.contains("--database") && err.contains("postgres://"),
         "{err}"
     );
+    // MariaDB is refused as the resource, and the error says where it is verified instead.
+    assert!(err.contains("mysql-lease"), "{err}");
 
     let out = leasehold()
         .args(["verify", "--redis", "localhost:6379"])

@@ -1,8 +1,9 @@
-//! End to end: `leasehold verify` on the PostgreSQL and etcd lease stores, with real worker
-//! processes, a private PostgreSQL and a three-member etcd cluster. Without the fence a lease on
-//! either store must lose updates when its holder pauses past it; with the fence it must not, in
-//! the same cells, because the resource refused the stale holder; and the fenced lease must lose
-//! nothing through a PostgreSQL restart or the loss of one etcd member.
+//! End to end: `leasehold verify` on the PostgreSQL, MariaDB and etcd lease stores, with real
+//! worker processes, a private PostgreSQL, a private MariaDB and a three-member etcd cluster.
+//! Without the fence a lease on any of these stores must lose updates when its holder pauses past
+//! it; with the fence it must not, in the same cells, because the resource refused the stale
+//! holder; and the fenced lease must lose nothing through a PostgreSQL or MariaDB restart or the
+//! loss of one etcd member.
 
 mod verify_support;
 
@@ -47,6 +48,24 @@ fn a_lease_on_postgres_loses_updates_under_a_pause_and_its_fence_loses_none() {
         60,
     );
     assert_fence_decides(&cells, "pg-lease", "pg-lease-fence", "pg-restart");
+}
+
+#[test]
+fn a_lease_on_mariadb_loses_updates_under_a_pause_and_its_fence_loses_none() {
+    let cells = verify(
+        &[
+            "--workload",
+            "counter",
+            "--strategy",
+            "mysql-lease,mysql-lease-fence",
+            "--fault",
+            "pause,mysql-restart",
+            "--injections",
+            "3",
+        ],
+        60,
+    );
+    assert_fence_decides(&cells, "mysql-lease", "mysql-lease-fence", "mysql-restart");
 }
 
 #[test]

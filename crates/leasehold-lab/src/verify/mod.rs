@@ -3,10 +3,10 @@
 //!
 //! Promise: every cell (workload × fault × strategy) runs real worker processes against a real
 //! lease store (one Redis server, Redlock's three masters, a Sentinel set, a Cluster, a PostgreSQL
-//! server or a three-member etcd cluster) and a real SQL database, injects the fault for real
+//! or MariaDB server or a three-member etcd cluster) and a real SQL database, injects the fault for real
 //! (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays, cuts or swallows the
 //! traffic, a jump of a Redis server's wall clock, a Redlock master killed or restarted, a Sentinel
-//! or Cluster failover that loses the lock's write, the PostgreSQL store restarted, an etcd member
+//! or Cluster failover that loses the lock's write, the PostgreSQL or MariaDB store restarted, an etcd member
 //! killed), several times per cell, and counts invariant violations from what the database
 //! accepted, and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations
 //! shows the bug did not happen in this run, not that it cannot; only the strategies documented as
@@ -21,7 +21,7 @@
 //! `checker.rs` turns a history into violations; `resource/` the SQL resource, its history and the
 //! fenced and guarded writers; `timing.rs` a cell's timeline; `strategy.rs` the strategies, each a
 //! (lock kind, store, fenced) named in one table; `store/` the stores a lock lives on, one file
-//! each (Redis per cell, PostgreSQL and etcd for the whole run).
+//! each (Redis per cell, PostgreSQL, MariaDB and etcd for the whole run).
 //!
 //! Adding a fault: a [`Fault`] variant below, its line in `Fault::needs` and a file in `faults/`
 //! with its lines in the dispatch there (`faults/mod.rs`). Adding a strategy: a line in
@@ -104,6 +104,9 @@ pub enum Fault {
     /// The PostgreSQL lease store is restarted (a fast shutdown and a start, same data) while a
     /// holder is inside its critical section.
     PgRestart,
+    /// The MariaDB lease store is restarted (a clean shutdown and a start, same data) while a
+    /// holder is inside its critical section.
+    MysqlRestart,
     /// Memory pressure on an evicting Redis: the server set to `allkeys-lru` with `maxmemory` just
     /// above its use, then filler keys written while a holder holds its lock until the server has
     /// evicted the lock key; leasehold opted in (`allow_eviction`).
@@ -133,10 +136,10 @@ pub struct VerifyArgs {
     /// A short run for CI and a first look (under 3 minutes on 2 cores)
     ///
     /// A short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload
-    /// under the pause fault (the strategies on PostgreSQL and etcd on the counter only), and every
+    /// under the pause fault (the strategies on PostgreSQL, MariaDB and etcd on the counter only), and every
     /// fault on the counter workload, one injection per cell. Without it, every cell of the matrix
     /// with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and
-    /// for the strategies on PostgreSQL and etcd; under 30 minutes on 2 cores).
+    /// for the strategies on PostgreSQL, MariaDB and etcd; under 30 minutes on 2 cores).
     #[arg(long)]
     pub quick: bool,
     /// Write the cells as a JSON array to this file.
@@ -180,7 +183,7 @@ pub struct VerifyArgs {
     /// Fault injections per cell (default: 1 with --quick, else 5)
     ///
     /// Fault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and
-    /// Cluster failovers and for the strategies on PostgreSQL and etcd).
+    /// Cluster failovers and for the strategies on PostgreSQL, MariaDB and etcd).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub injections: Option<u32>,
     /// The executable to spawn workers from (default: this program). For tests.
@@ -241,9 +244,9 @@ pub struct WorkerArgs {
     /// for Redlock.
     #[arg(long)]
     pub redis: Vec<String>,
-    /// The lease store's URL (postgres://… or etcd://…)
+    /// The lease store's URL (postgres://…, mysql://… or etcd://…)
     ///
-    /// The lease store's URL (postgres://… or etcd://…) for the strategies whose lease is not on
+    /// The lease store's URL (postgres://…, mysql://… or etcd://…) for the strategies whose lease is not on
     /// Redis.
     #[arg(long)]
     pub lease_store: Option<String>,

@@ -83,6 +83,10 @@ impl Strategy {
     pub const ELECTION: Self = on(Lock::Election, Store::Redis, false);
     /// `election-fence`.
     pub const ELECTION_FENCE: Self = on(Lock::Election, Store::Redis, true);
+    /// `mysql-lease`.
+    pub const MYSQL_LEASE: Self = on(Lock::Lease, Store::MariaDb, false);
+    /// `mysql-lease-fence`.
+    pub const MYSQL_LEASE_FENCE: Self = on(Lock::Lease, Store::MariaDb, true);
     /// `etcd-lease`.
     pub const ETCD_LEASE: Self = on(Lock::Lease, Store::Etcd, false);
     /// `etcd-lease-fence`.
@@ -147,6 +151,16 @@ pub(crate) const TABLE: &[Entry] = &[
         name: "pg-lease-fence",
         strategy: Strategy::PG_LEASE_FENCE,
         help: "A leasehold lease from the PostgreSQL lease store whose fence the resource checks in the same transaction as each write, as `lease-fence` does",
+    },
+    Entry {
+        name: "mysql-lease",
+        strategy: Strategy::MYSQL_LEASE,
+        help: "A leasehold lease from the MariaDB (MySQL) lease store; the fence is ignored",
+    },
+    Entry {
+        name: "mysql-lease-fence",
+        strategy: Strategy::MYSQL_LEASE_FENCE,
+        help: "A leasehold lease from the MariaDB (MySQL) lease store whose fence the resource checks in the same transaction as each write, as `lease-fence` does",
     },
     Entry {
         name: "etcd-lease",
@@ -233,7 +247,7 @@ impl Strategy {
     }
 
     /// The lease store the harness runs once for the whole run, when the lock lives on one
-    /// (PostgreSQL, etcd), rather than on the Redis deployment each cell starts.
+    /// (PostgreSQL, MariaDB, etcd), rather than on the Redis deployment each cell starts.
     pub(crate) fn run_wide_store(self) -> Option<Store> {
         self.store.filter(|s| s.run_wide())
     }
@@ -279,7 +293,7 @@ mod tests {
             );
             assert_eq!(TABLE.iter().filter(|o| o.strategy == e.strategy).count(), 1);
         }
-        assert_eq!(ALL.len(), 13);
+        assert_eq!(ALL.len(), 15);
         assert!(Strategy::from_str("meteor", false).is_err());
     }
 
@@ -297,6 +311,7 @@ mod tests {
                 "redlock-fence",
                 "election-fence",
                 "pg-lease-fence",
+                "mysql-lease-fence",
                 "etcd-lease-fence"
             ]
         );
@@ -313,6 +328,7 @@ mod tests {
                 "election-fence",
                 "db-guards",
                 "pg-lease-fence",
+                "mysql-lease-fence",
                 "etcd-lease-fence"
             ]
         );
@@ -323,6 +339,8 @@ mod tests {
         assert!(Strategy::REDLOCK.redlock() && !Strategy::REDLOCK.single_lease());
         assert!(!Strategy::PG_LEASE.uses_redis());
         assert_eq!(Strategy::PG_LEASE.run_wide_store(), Some(Store::Postgres));
+        assert!(!Strategy::MYSQL_LEASE.uses_redis() && Strategy::MYSQL_LEASE_FENCE.fenced());
+        assert_eq!(Strategy::MYSQL_LEASE.run_wide_store(), Some(Store::MariaDb));
         assert_eq!(
             Strategy::ETCD_LEASE_FENCE.run_wide_store(),
             Some(Store::Etcd)

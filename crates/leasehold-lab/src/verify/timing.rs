@@ -47,9 +47,9 @@ impl Timing {
         }
     }
 
-    /// The timings of a cell of `strategy`. The strategies on a run-wide store (PostgreSQL, etcd)
-    /// get as many injections as the slow failovers (2 in a full run), which keeps the full matrix
-    /// inside half an hour. On a store whose shortest lease outlasts the TTL (etcd,
+    /// The timings of a cell of `strategy`. The strategies on a run-wide store (PostgreSQL,
+    /// MariaDB, etcd) get as many injections as the slow failovers (2 in a full run), which keeps
+    /// the full matrix inside half an hour. On a store whose shortest lease outlasts the TTL (etcd,
     /// `Store::min_lease`) a fault window must also outlast that lease, not only the TTL the
     /// workers ask for, or the lease would still stand in the store when the window ends and no
     /// fault could show.

@@ -15,8 +15,8 @@
 //! not applicable to the single-server strategies. The network faults hit all of the target's
 //! links (on Redlock, its three proxies). `sentinel-failover` and `cluster-failover` apply to the
 //! leases on one deployment (`lease`, `lease-fence`); the hand-made locks speak to one `redis://`
-//! server only. The strategies on a run-wide store (PostgreSQL, etcd) take `none`, `pause`, `kill`
-//! and their own store's fault (`pg-restart`, `member-kill`), which acts on the store the harness
+//! server only. The strategies on a run-wide store (PostgreSQL, MariaDB, etcd) take `none`, `pause`, `kill`
+//! and their own store's fault (`pg-restart`, `mysql-restart`, `member-kill`), which acts on the store the harness
 //! runs for the whole run (`LeaseStores`); no Redis fault applies to them, the network faults
 //! included (their store is reached directly, not through the proxies).
 
@@ -26,6 +26,7 @@ mod eviction;
 mod failover;
 mod kill;
 mod member_kill;
+mod mysql_restart;
 mod network;
 mod pause;
 mod pg_restart;
@@ -128,6 +129,7 @@ impl Fault {
             Fault::PgRestart => {
                 on_store(Store::Postgres, "a restart of the PostgreSQL lease store")
             }
+            Fault::MysqlRestart => on_store(Store::MariaDb, "a restart of the MariaDB lease store"),
             Fault::MemberKill => on_store(Store::Etcd, "a member of the etcd lease store killed"),
         }
     }
@@ -279,6 +281,7 @@ impl Cell<'_> {
             | Fault::NodeKill
             | Fault::NodeRestart
             | Fault::PgRestart
+            | Fault::MysqlRestart
             | Fault::MemberKill => Ok(()),
         }
     }
@@ -304,6 +307,7 @@ impl Cell<'_> {
             | Fault::NodeKill
             | Fault::NodeRestart
             | Fault::PgRestart
+            | Fault::MysqlRestart
             | Fault::MemberKill => {}
         }
     }
@@ -330,6 +334,7 @@ impl Cell<'_> {
             Fault::SentinelFailover => sentinel_failover::inject(self, slot).await?,
             Fault::ClusterFailover => cluster_failover::inject(self, slot).await?,
             Fault::PgRestart => pg_restart::inject(self).await?,
+            Fault::MysqlRestart => mysql_restart::inject(self).await?,
             Fault::MemberKill => member_kill::inject(self).await?,
             Fault::Eviction => eviction::inject(self).await?,
         }
@@ -428,6 +433,11 @@ mod tests {
                 "{s}"
             );
             assert_eq!(
+                !na(Fault::MysqlRestart, *s),
+                s.store() == Some(Store::MariaDb),
+                "{s}"
+            );
+            assert_eq!(
                 !na(Fault::MemberKill, *s),
                 s.store() == Some(Store::Etcd),
                 "{s}"
@@ -436,12 +446,15 @@ mod tests {
         for s in [
             Strategy::PG_LEASE,
             Strategy::PG_LEASE_FENCE,
+            Strategy::MYSQL_LEASE,
+            Strategy::MYSQL_LEASE_FENCE,
             Strategy::ETCD_LEASE,
             Strategy::ETCD_LEASE_FENCE,
         ] {
             for f in Fault::value_variants() {
                 let applies = matches!(f, Fault::None | Fault::Pause | Fault::Kill)
                     || (*f == Fault::PgRestart && s.store() == Some(Store::Postgres))
+                    || (*f == Fault::MysqlRestart && s.store() == Some(Store::MariaDb))
                     || (*f == Fault::MemberKill && s.store() == Some(Store::Etcd));
                 assert_eq!(!na(*f, s), applies, "{f} {s}");
                 // Their stores are the harness's own whatever Redis is given.

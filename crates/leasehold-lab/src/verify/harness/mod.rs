@@ -95,7 +95,7 @@ fn announce(ctx: &RunContext, args: &VerifyArgs, cells: &[(Workload, Fault, Stra
         .map(|(_, f, s)| f.estimate(&ctx.timing, *s))
         .sum();
     eprintln!(
-        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover and per cell on PostgreSQL or etcd); {}.",
+        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover and per cell on PostgreSQL, MariaDB or etcd); {}.",
         cells.len(),
         runnable.len(),
         cells.len() - runnable.len(),

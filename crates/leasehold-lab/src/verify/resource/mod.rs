@@ -37,6 +37,12 @@ impl Dialect {
             Ok(Self::Postgres)
         } else if url.starts_with("sqlite:") {
             Ok(Self::Sqlite)
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            // The resource's SQL (its triggers, `$N` parameters, `ON CONFLICT`, a schema per cell)
+            // exists for PostgreSQL and SQLite only; MariaDB is a lease store here.
+            anyhow::bail!(
+                "--database {url:?}: the resource runs on PostgreSQL or SQLite only (a postgres://user@host/db or sqlite://path URL); MariaDB is verified as a lease store (--strategy mysql-lease,mysql-lease-fence), on a private server the harness starts"
+            )
         } else {
             anyhow::bail!(
                 "--database {url:?}: expected a postgres://user@host/db or sqlite://path URL"

@@ -3,7 +3,7 @@
 //!
 //! Redis (`redis.rs`) is started per cell, in the deployment the cell's fault needs (one server,
 //! Redlock's three masters, a Sentinel set, a Cluster), behind the harness's proxies. PostgreSQL
-//! (`postgres.rs`) and etcd (`etcd.rs`) are started once per run, at their first cell, and shared
+//! (`postgres.rs`), MariaDB (`mariadb.rs`) and etcd (`etcd.rs`) are started once per run, at their first cell, and shared
 //! by the cells after it ([`LeaseStores`]), each cell's leases under its own key prefix. Limit: the
 //! run-wide stores are reached directly, not through a proxy, so no network fault reaches them.
 //!
@@ -13,6 +13,7 @@
 //! `strategy::TABLE`; its own fault, if it has one, is a fault file (`faults/`).
 
 mod etcd;
+mod mariadb;
 mod postgres;
 pub(crate) mod redis;
 
@@ -20,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold_testkit::{EtcdCluster, PostgresServer};
+use leasehold_testkit::{EtcdCluster, MariaDbServer, PostgresServer};
 
 pub(crate) use etcd::ETCD_MEMBERS;
 
@@ -31,6 +32,8 @@ pub enum Store {
     Redis,
     /// The PostgreSQL lease store (`postgres://`).
     Postgres,
+    /// The MariaDB (MySQL) lease store (`mysql://`).
+    MariaDb,
     /// A three-member etcd cluster (`etcd://`).
     Etcd,
 }
@@ -41,6 +44,7 @@ impl Store {
         match self {
             Store::Redis => "Redis",
             Store::Postgres => "PostgreSQL",
+            Store::MariaDb => "MariaDB",
             Store::Etcd => "etcd",
         }
     }
@@ -56,6 +60,7 @@ impl Store {
         match self {
             Store::Redis => leasehold_testkit::redis_server_available(),
             Store::Postgres => leasehold_testkit::postgres_server_available(),
+            Store::MariaDb => leasehold_testkit::mariadb_server_available(),
             Store::Etcd => leasehold_testkit::etcd_available(),
         }
     }
@@ -65,6 +70,7 @@ impl Store {
         match self {
             Store::Redis => "redis-server",
             Store::Postgres => "initdb and postgres",
+            Store::MariaDb => "mariadb-install-db and mariadbd",
             Store::Etcd => "etcd",
         }
     }
@@ -74,7 +80,7 @@ impl Store {
     pub(crate) fn min_lease(self) -> Option<Duration> {
         match self {
             Store::Etcd => Some(etcd::MIN_LEASE),
-            Store::Redis | Store::Postgres => None,
+            Store::Redis | Store::Postgres | Store::MariaDb => None,
         }
     }
 
@@ -82,6 +88,7 @@ impl Store {
     async fn start(self) -> anyhow::Result<Running> {
         match self {
             Store::Postgres => postgres::start().await.map(Running::Postgres),
+            Store::MariaDb => mariadb::start().await.map(Running::MariaDb),
             Store::Etcd => etcd::start().await.map(Running::Etcd),
             Store::Redis => anyhow::bail!("Redis is started per cell, not for the run"),
         }
@@ -92,6 +99,7 @@ impl Store {
 #[derive(Debug)]
 pub(crate) enum Running {
     Postgres(PostgresServer),
+    MariaDb(MariaDbServer),
     Etcd(EtcdCluster),
 }
 
@@ -99,16 +107,18 @@ impl Running {
     fn url(&self) -> String {
         match self {
             Running::Postgres(pg) => pg.url(),
+            Running::MariaDb(my) => my.url(),
             Running::Etcd(etcd) => etcd.url(),
         }
     }
 }
 
 /// The lease stores that are not Redis, each started once per run at its first cell and shared by
-/// the cells after it, since making a PostgreSQL cluster or an etcd cluster takes seconds. They are
-/// the harness's own, so their faults (`pg-restart`, `member-kill`) act on them for real; the run's
-/// database (the resource) is never one of them. Cells run one at a time, and a fault leaves its
-/// store running again, so a cell starts from a healthy store.
+/// the cells after it, since making a PostgreSQL or MariaDB data directory or an etcd cluster takes
+/// seconds. They are the harness's own, so their faults (`pg-restart`, `mysql-restart`,
+/// `member-kill`) act on them for real; the run's database (the resource) is never one of them.
+/// Cells run one at a time, and a fault leaves its store running again, so a cell starts from a
+/// healthy store.
 #[derive(Debug, Default)]
 pub(crate) struct LeaseStores {
     running: Mutex<HashMap<Store, Running>>,

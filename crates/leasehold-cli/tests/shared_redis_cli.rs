@@ -8,20 +8,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use cli_support::{eventually, leasehold, wait_with_timeout};
-use leasehold_testkit::RedisServer;
-
-/// The documented ACL lines (one server first), read from the doc itself.
-fn documented_acl_lines() -> Vec<String> {
-    let doc = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/operations.md"
-    ))
-    .unwrap();
-    doc.lines()
-        .filter(|l| l.starts_with("ACL SETUSER leasehold "))
-        .map(str::to_owned)
-        .collect()
-}
+use leasehold_testkit::{documented_acl_lines, RedisServer};
 
 /// A private server with the user `leasehold` (password `pw`) created by `line`; the URL to use.
 fn server_with_user(line: &str) -> (RedisServer, String) {

@@ -18,6 +18,7 @@
 //! * [`Proxy`]: a TCP proxy the harness controls (delay, cut, blackhole, restore, switch upstream).
 //! * [`free_port`]: a free TCP port on 127.0.0.1.
 //! * [`postgres_url`], [`mysql_url`]: where tests find the shared PostgreSQL and MariaDB.
+//! * [`documented_acl_lines`]: the Redis users docs/operations.md tells operators to create.
 //!
 //! Nothing here mocks a server: every fault is done to a real process. Every topology picks free
 //! ports (retrying when one is taken between the pick and the bind, so tests may start several in
@@ -58,4 +59,19 @@ pub fn free_port() -> u16 {
 pub fn postgres_url() -> String {
     std::env::var("LEASEHOLD_TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// The `ACL SETUSER leasehold …` lines docs/operations.md documents (one server first, then Redis
+/// Cluster, then Redlock), read from the doc itself, so that the tests run as exactly the user the
+/// doc tells operators to create.
+pub fn documented_acl_lines() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operations.md"
+    ))
+    .expect("docs/operations.md beside the workspace");
+    doc.lines()
+        .filter(|l| l.starts_with("ACL SETUSER leasehold "))
+        .map(str::to_owned)
+        .collect()
 }

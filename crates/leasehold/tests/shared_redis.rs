@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lease_support::*;
 use leasehold::{Error, LeaseClient, LostReason};
-use leasehold_testkit::RedisServer;
+use leasehold_testkit::{documented_acl_lines, RedisServer};
 
 fn sync_cmd<T: redis::FromRedisValue>(srv: &RedisServer, args: &[&str]) -> redis::RedisResult<T> {
     let mut con = srv.connection().expect("sync connection");
@@ -266,19 +266,6 @@ async fn keys_leasehold_did_not_write_are_named_and_left_alone() {
             "{bad:?}"
         );
     }
-}
-
-/// The `ACL SETUSER` lines of docs/operations.md, in order (one server, Cluster, Redlock).
-fn documented_acl_lines() -> Vec<String> {
-    let doc = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/operations.md"
-    ))
-    .unwrap();
-    doc.lines()
-        .filter(|l| l.starts_with("ACL SETUSER leasehold "))
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Creates the documented user on `srv` (prefix `shared`, password `pw`) with `line`.

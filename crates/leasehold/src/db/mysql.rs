@@ -17,7 +17,6 @@ use sqlx::pool::PoolConnection;
 use sqlx::MySql;
 
 use super::dialect::{Dialect, Driver};
-use super::tx::TxInner;
 use super::{Backend, Database, DatabaseBuilder, Pool};
 use crate::{Error, Result};
 
@@ -148,9 +147,3 @@ impl std::ops::DerefMut for MyTx {
 }
 
 impl super::dialect::TypedBy<MySql> for MyTx {}
-
-impl From<MyTx> for TxInner {
-    fn from(t: MyTx) -> Self {
-        TxInner::MySql(t)
-    }
-}

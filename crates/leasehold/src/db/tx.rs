@@ -17,6 +17,13 @@ pub(crate) enum TxInner {
     MySql(super::mysql::MyTx),
 }
 
+#[cfg(feature = "mysql")]
+impl From<super::mysql::MyTx> for TxInner {
+    fn from(t: super::mysql::MyTx) -> Self {
+        TxInner::MySql(t)
+    }
+}
+
 /// An open transaction on any backend. leasehold's guards (fence, idempotency, inbox, state) write
 /// into it; your own queries run on [`Tx::conn`] (or the [`with_conn!`](crate::with_conn) macro) and
 /// commit or roll back together with them.

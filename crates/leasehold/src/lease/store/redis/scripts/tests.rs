@@ -135,6 +135,17 @@ async fn an_uncontended_cycle_leaves_no_queue_behind() {
         assert!(!exists(&mut con, key).await, "{key} left behind");
     }
     assert!(exists(&mut con, &k.fence).await, "release keeps the fence");
+    // The fast release run twice (no queue): the retry finds the marker the rename left, with what
+    // was left of the lease's TTL, and says released again; a token that never held it is refused.
+    assert_eq!(get(&mut con, &k.released).await.as_deref(), Some("a"));
+    let marker_ttl = pttl(&mut con, &k.released).await;
+    assert!(marker_ttl > 25_000 && marker_ttl <= 30_000, "{marker_ttl}");
+    assert!(
+        release(&mut con, &k, "a").await,
+        "a retried release says released"
+    );
+    assert!(!release(&mut con, &k, "b").await, "never ours");
+    assert!(!exists(&mut con, &k.lock).await);
 }
 
 #[tokio::test]

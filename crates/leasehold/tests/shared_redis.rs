@@ -213,7 +213,20 @@ async fn keys_leasehold_did_not_write_are_named_and_left_alone() {
         ("queued", "{shared:queued}:queue", "string"),
         ("counted", "{shared:counted}:permits", "many"),
     ];
+    let refused =
+        |name: &str, key: &str, says: &str, r: leasehold::Result<leasehold::Lease>| match r {
+            Err(Error::Misconfigured { what, found, fix }) => {
+                assert!(what.contains(key), "{name}: {what}");
+                assert!(found.contains(says), "{name}: {found}");
+                assert!(fix.contains("prefix"), "{fix}");
+            }
+            other => panic!("{name}: {other:?}"),
+        };
     for (name, key, says) in names {
+        // Every acquire reads the lock and the record: a foreign one refuses them all. The queue and
+        // a semaphore's count are read only by what uses them: a lock found free is taken without
+        // them (nothing is written to them), a waiter that must queue or a semaphore is refused.
+        let on_the_common_path = key.ends_with(":lock") || key.ends_with(":fence");
         for permits in [1, 3] {
             let o = leasehold::LeaseOptions::builder()
                 .ttl(ms(2_000))
@@ -222,13 +235,16 @@ async fn keys_leasehold_did_not_write_are_named_and_left_alone() {
                 .unwrap();
             // A waiting acquire too: it may reach the queue key.
             for wait in [Duration::ZERO, ms(300)] {
-                match c.acquire(name, &o, wait).await {
-                    Err(Error::Misconfigured { what, found, fix }) => {
-                        assert!(what.contains(key), "{name}: {what}");
-                        assert!(found.contains(says), "{name}: {found}");
-                        assert!(fix.contains("prefix"), "{fix}");
+                let r = c.acquire(name, &o, wait).await;
+                if on_the_common_path || permits > 1 {
+                    refused(name, key, says, r);
+                } else {
+                    let held = r.unwrap_or_else(|e| panic!("{name}: {e}"));
+                    // Someone waiting behind the holder must queue: refused, naming the key.
+                    if key.ends_with(":queue") {
+                        refused(name, key, says, c.acquire(name, &o, ms(300)).await);
                     }
-                    other => panic!("{name} ({permits} permits, wait {wait:?}): {other:?}"),
+                    held.release().await.unwrap();
                 }
             }
         }

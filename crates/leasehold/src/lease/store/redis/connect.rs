@@ -63,6 +63,7 @@ impl RedisStore {
             allow_eviction: settings.allow_eviction,
             watch: Arc::default(),
             clock: one_clock.then(Arc::default),
+            server_time: Arc::default(),
         };
         // Every data node is asked what it is before anything is written: a replica, or a node that
         // may evict lease keys without the opt-in, is refused.

@@ -171,10 +171,13 @@ fn read_one(
     let by_expiry: Vec<(String, f64)> = redis::from_redis_value(next())?;
     let fences: std::collections::HashMap<String, u64> = redis::from_redis_value(next())?;
     let mut info = LeaseInfo::free(name, lock);
-    info.fence = fence.and_then(|f| f.parse().ok());
+    // The record (scripts/names.lua) begins with the fence; a bare number is a fence too.
+    info.fence = fence.and_then(|f| f.split(':').next()?.parse().ok());
     info.waiting = waiting;
     match (token, permits) {
         (Some(token), _) => {
+            // `<token>:q` while waiters are queued behind the holder.
+            let token = token.strip_suffix(":q").map(str::to_owned).unwrap_or(token);
             info.ttl_ms = u64::try_from(pttl).ok();
             info.holders.push(HolderInfo {
                 token,

@@ -12,15 +12,21 @@ use crate::lease::names::validate_name;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaseKeys {
-    /// Holds the current holder's token, and nothing else (interop with other `SET NX PX` locks).
+    /// Holds the current holder's token (interop with other `SET NX PX` locks), marked `<token>:q`
+    /// while waiters are queued behind a leasehold holder.
     pub lock: String,
-    /// The last fence issued for this name; release keeps it, it expires after the retention.
+    /// The name's record, `<fence>:<flags>:<holder>:<released>`: the last fence issued (release keeps
+    /// it; it expires after the retention), what an acquire that finds the lock free must look at
+    /// first (`q` waiters, `g` given-up tokens, `s` a semaphore), the token the fence went to, and
+    /// the token a hand-over released.
     pub fence: String,
-    /// The waiters in arrival order (a sorted set of tokens): a release hands the lease to the first.
+    /// The waiters in arrival order (a sorted set of `<token>,<first TTL ms>` by arrival, µs): a
+    /// release hands the lease to the first live one.
     pub queue: String,
-    /// Each queued waiter's deadline and TTL (a hash by token): a waiter that stops refreshing its
-    /// deadline is skipped.
-    pub waiters: String,
+    /// The common start of every waiter's liveness key, `{<prefix>:<name>}:alive:<token>`: written by
+    /// a waiter's every step after its first, for one block; a waiter past its first block without
+    /// one is skipped.
+    pub alive_prefix: String,
     /// Tokens whose acquire was given up (a sorted set by expiry): an acquire that reaches Redis after
     /// its caller gave up does nothing.
     pub gone: String,
@@ -57,6 +63,11 @@ impl LeaseKeys {
         format!("{}{token}", self.wake_prefix)
     }
 
+    /// The liveness key of the waiter holding `token`.
+    pub fn alive(&self, token: &str) -> String {
+        format!("{}{token}", self.alive_prefix)
+    }
+
     /// Remembers, for a few seconds, that the semaphore permit of `token` was given back.
     pub fn released_permit(&self, token: &str) -> String {
         let tag = self.lock.strip_suffix("lock").unwrap_or(&self.lock);
@@ -72,7 +83,7 @@ impl LeaseKeys {
             lock: format!("{tag}:lock"),
             fence: format!("{tag}:fence"),
             queue: format!("{tag}:queue"),
-            waiters: format!("{tag}:waiters"),
+            alive_prefix: format!("{tag}:alive:"),
             gone: format!("{tag}:gone"),
             released: format!("{tag}:released"),
             forced: format!("{tag}:forced"),
@@ -111,7 +122,7 @@ mod tests {
         assert_eq!(k.lock, "{leasehold:orders}:lock");
         assert_eq!(k.fence, "{leasehold:orders}:fence");
         assert_eq!(k.queue, "{leasehold:orders}:queue");
-        assert_eq!(k.waiters, "{leasehold:orders}:waiters");
+        assert_eq!(k.alive("ab"), "{leasehold:orders}:alive:ab");
         assert_eq!(k.wake("ab"), "{leasehold:orders}:wake:ab");
         assert_eq!(k.released_permit("ab"), "{leasehold:orders}:released:ab");
         assert_eq!(k.holders, "{leasehold:orders}:holders");

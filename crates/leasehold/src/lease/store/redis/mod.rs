@@ -35,6 +35,7 @@ pub mod keys;
 pub(super) mod node;
 mod scripts;
 mod sentinel;
+mod server_time;
 mod standalone;
 mod topology;
 
@@ -49,6 +50,7 @@ use self::conn::{BlockingPool, Dedicated, Shared};
 use self::errors::{redis_error, within};
 use self::keys::LeaseKeys;
 use self::scripts::{AcquireReply, Ask, HandOver, Tuning};
+use self::server_time::ServerTime;
 use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::fence::Fence;
@@ -86,6 +88,9 @@ pub(crate) struct RedisStore {
     /// one server only (`redis://`), where every reply comes from one clock; `None` for Sentinel
     /// and Cluster, whose replies may come from several.
     clock: Option<Arc<ClockWatch>>,
+    /// The server's clock as last read, so that an acquire or a release need not read it (`TIME`)
+    /// for the fence's floor and a hand-over's time.
+    server_time: Arc<ServerTime>,
 }
 
 /// How often the renewal task looks at the data nodes' role and memory policy.
@@ -117,6 +122,16 @@ fn handed_since(sent: Instant, received: Instant, queued_us: i64, handed_us: i64
     sent + between.min(received.saturating_duration_since(sent))
 }
 
+/// Whether a grant popped after a busy step was made before that step ran: a grant for an earlier
+/// step whose lock was deleted before its first TTL ran out (the grant lives as long as that TTL, so
+/// it cannot outlive the lock any other way). The hand-over's time is no later than the hand-over,
+/// the step's no earlier than the step (each the server's clock or a bound of it), so a grant made
+/// for this step is never taken for stale; one made less than the bounds' width after it may be,
+/// and then the next step finds the lock its own.
+fn grant_is_stale(grant: &HandOver, queued_us: i64) -> bool {
+    grant.at_us < queued_us
+}
+
 impl RedisStore {
     fn keys(&self, name: &str) -> LeaseKeys {
         LeaseKeys::for_checked(&self.prefix, name)
@@ -130,6 +145,15 @@ impl RedisStore {
     /// established connection, this also covers a reconnect that hangs.
     fn limit(&self) -> Duration {
         self.response_timeout * 2 + self.connect_timeout * 2
+    }
+
+    /// A reply that carried the server's clock, read between `sent` and `received`: the estimate
+    /// the next scripts go by, and (one server only) a sample of the clock's rate.
+    fn learn_time(&self, sent: Instant, received: Instant, server_us: i64) {
+        self.server_time.learn(sent, received, server_us);
+        if let Some(clock) = &self.clock {
+            clock.sample(sent, received, server_us);
+        }
     }
 
     /// A dedicated connection for a blocking command; a new one first loads every script (one round
@@ -193,7 +217,14 @@ impl RedisStore {
         let sent_at = Instant::now();
         let lock_key = self.lock_key(req.name);
         let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
-        let inv = scripts::acquire(&lock_key, req.token, ask(req), Duration::ZERO, &self.tuning);
+        let inv = scripts::acquire_at(
+            &lock_key,
+            req.token,
+            ask(req),
+            Duration::ZERO,
+            &self.tuning,
+            self.server_time.estimate(),
+        );
         let limit = wait_timeout + self.response_timeout * 2;
         let replies = within(
             Phase::Acquire,
@@ -210,6 +241,9 @@ impl RedisStore {
         let mut replies = replies.into_iter();
         let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))
             .map_err(redis_error(Phase::Acquire))?;
+        if let Some(at) = reply.server_us() {
+            self.server_time.learn(sent_at, Instant::now(), at);
+        }
         let acked: i64 = replies
             .next()
             .unwrap_or(Ok(redis::Value::Int(0)))
@@ -489,12 +523,13 @@ impl Store for RedisStore {
             return self.acquire_replicated(req, replicas).await;
         }
         let sent_at = Instant::now();
-        let inv = scripts::acquire(
+        let inv = scripts::acquire_at(
             &self.lock_key(req.name),
             req.token,
             ask(req),
             Duration::ZERO,
             &self.tuning,
+            self.server_time.estimate(),
         );
         let mut con = self.shared.clone();
         let reply = within(
@@ -506,8 +541,8 @@ impl Store for RedisStore {
         let received = Instant::now();
         let reply = AcquireReply::from_value(Ok(self.named(req.name, reply).await?))
             .map_err(redis_error(Phase::Acquire))?;
-        if let (Some(clock), Some(at)) = (&self.clock, reply.server_us()) {
-            clock.sample(sent_at, received, at);
+        if let Some(at) = reply.server_us() {
+            self.learn_time(sent_at, received, at);
         }
         match reply {
             AcquireReply::Taken { fence, ttl_ms, .. } => Ok(Attempt::Taken(Grant {
@@ -537,12 +572,13 @@ impl Store for RedisStore {
         let block = block
             .min(self.tuning.wait_refresh)
             .max(Duration::from_millis(1));
-        let inv = scripts::acquire(
+        let inv = scripts::acquire_at(
             &self.lock_key(req.name),
             req.token,
             ask(req),
             block,
             &self.tuning,
+            self.server_time.estimate(),
         );
         let mut blpop = redis::cmd("BLPOP");
         blpop
@@ -576,9 +612,9 @@ impl Store for RedisStore {
             .unwrap_or(Ok(redis::Value::Nil))
             .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
             .map_err(redis_error(Phase::Wait))?;
-        if let (Some(clock), AcquireReply::Taken { server_us, .. }) = (&self.clock, reply) {
+        if let (AcquireReply::Taken { .. }, Some(at)) = (reply, reply.server_us()) {
             // Taken: the BLPOP after it returned at once, so the round trip is a fair sample.
-            clock.sample(sent, received, server_us);
+            self.learn_time(sent, received, at);
         }
         let grant = match reply {
             AcquireReply::Taken { fence, ttl_ms, .. } => Grant {
@@ -590,6 +626,7 @@ impl Store for RedisStore {
             AcquireReply::Busy {
                 pttl_ms,
                 server_us: queued_us,
+                ..
             } => match popped {
                 None => {
                     self.blocking.put(con);
@@ -601,6 +638,12 @@ impl Store for RedisStore {
                 }
                 Some((_, grant)) => {
                     let h = HandOver::parse(&grant).map_err(redis_error(Phase::Wait))?;
+                    if grant_is_stale(&h, queued_us) {
+                        // Made for an earlier step, for a lock that is gone since (deleted by
+                        // someone else): not a lease. The next step asks again.
+                        self.blocking.put(con);
+                        return Ok(Attempt::Busy { remaining: None });
+                    }
                     tracing::trace!(lease = req.name, fence = h.fence, "handed over");
                     Grant {
                         fence: Fence::new(h.fence),
@@ -649,7 +692,7 @@ impl Store for RedisStore {
     /// acquire still on its way on a dedicated connection then does nothing), release and hand on a
     /// lock taken or handed over meanwhile.
     async fn abandon(&self, req: &Request<'_>) -> Result<()> {
-        let inv = scripts::abandon(&self.lock_key(req.name), req.token, &self.tuning);
+        let inv = scripts::abandon(&self.lock_key(req.name), req.token, &ask(req), &self.tuning);
         let mut con = self.shared.clone();
         let released: i64 = within(
             Phase::Release,
@@ -689,8 +732,8 @@ impl Store for RedisStore {
                     Err(e) => Err(redis_error(Phase::Renew)(e)),
                 });
             }
-            if let (Some(clock), Some(at)) = (&self.clock, latest) {
-                clock.sample(sent, received, at);
+            if let Some(at) = latest {
+                self.learn_time(sent, received, at);
             }
         }
         Ok(out)
@@ -704,11 +747,12 @@ impl Store for RedisStore {
         let invs = held
             .iter()
             .map(|h| {
-                scripts::release(
+                scripts::release_at(
                     &self.lock_key(h.name),
                     h.token,
                     h.opts.permits,
                     &self.tuning,
+                    self.server_time.estimate(),
                 )
             })
             .collect();

@@ -21,6 +21,8 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, ScriptInvocation, Value};
 
+use super::server_time::Estimate;
+
 const ACQUIRE_LUA: &str = concat!(
     include_str!("fence.lua"),
     include_str!("names.lua"),
@@ -127,8 +129,6 @@ pub(crate) struct Tuning {
     /// Added to a waiter's block to make its deadline in the queue; covers the round trip and the
     /// client's own delay between two blocks. A waiter whose deadline passed is skipped.
     pub(crate) entry_slack: Duration,
-    /// How long a grant nobody took up stays on a wake list.
-    pub(crate) wake_linger: Duration,
     /// Life of the queue keys after their last write (every live waiter writes them each
     /// `wait_refresh`).
     pub(crate) queue_life: Duration,
@@ -146,7 +146,6 @@ impl Default for Tuning {
         Tuning {
             wait_refresh: Duration::from_millis(500),
             entry_slack: Duration::from_millis(500),
-            wake_linger: Duration::from_secs(10),
             queue_life: Duration::from_secs(60),
             given_up_memory: Duration::from_secs(60),
             released_memory: Duration::from_secs(10),
@@ -164,7 +163,6 @@ impl Tuning {
         let cap = retention.max(d.wait_refresh + d.entry_slack);
         Tuning {
             retention,
-            wake_linger: d.wake_linger.min(cap),
             queue_life: d.queue_life.min(cap),
             given_up_memory: d.given_up_memory.min(cap),
             released_memory: d.released_memory.min(cap),
@@ -173,19 +171,33 @@ impl Tuning {
     }
 }
 
+impl Tuning {
+    /// How long a waiter counts as live after it joined the queue without refreshing its place: its
+    /// first block and the slack.
+    pub(crate) fn window(&self) -> Duration {
+        self.wait_refresh + self.entry_slack
+    }
+}
+
 /// What acquire.lua answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// Taken (or taken before, by a run of the same call that the caller did not hear back from),
-    /// with the fence, the TTL the lock has now, and the server's time.
+    /// with the fence, the TTL the lock has now, and the time the script went by: the server's
+    /// (`exact`) or the caller's estimate of it (the upper bound it sent).
     Taken {
         fence: u64,
         ttl_ms: i64,
         server_us: i64,
+        exact: bool,
     },
-    /// Busy; `pttl_ms` is the holder's remaining TTL (negative: held without expiry; 0: free, but
-    /// the queue goes first).
-    Busy { pttl_ms: i64, server_us: i64 },
+    /// Busy; `pttl_ms` is the holder's remaining TTL (-1: held without expiry; -3: not read; 0: free,
+    /// but the queue goes first).
+    Busy {
+        pttl_ms: i64,
+        server_us: i64,
+        exact: bool,
+    },
     /// The caller gave up on this token before the script ran: nothing was done.
     GivenUp,
     /// The name is in use with another number of permits (1: as a lock): nothing was done.
@@ -193,13 +205,21 @@ pub(crate) enum AcquireReply {
 }
 
 impl AcquireReply {
-    /// The server's time the reply carries, in microseconds.
+    /// The server's time the reply carries, in microseconds, when the script read the server's
+    /// clock (not the caller's estimate).
     pub(crate) fn server_us(&self) -> Option<i64> {
         match *self {
-            AcquireReply::Taken { server_us, .. } | AcquireReply::Busy { server_us, .. } => {
-                Some(server_us)
+            AcquireReply::Taken {
+                server_us,
+                exact: true,
+                ..
             }
-            AcquireReply::GivenUp | AcquireReply::PermitsInUse { .. } => None,
+            | AcquireReply::Busy {
+                server_us,
+                exact: true,
+                ..
+            } => Some(server_us),
+            _ => None,
         }
     }
 
@@ -207,12 +227,17 @@ impl AcquireReply {
     pub(crate) fn from_value(v: RedisResult<Value>) -> RedisResult<Self> {
         let reply: Vec<i64> = redis::from_redis_value(v?)?;
         match *reply {
-            [1, n, ttl_ms, server_us] => Ok(AcquireReply::Taken {
+            [1, n, ttl_ms, server_us, exact] => Ok(AcquireReply::Taken {
                 fence: u64::try_from(n).map_err(|_| bad_reply("acquire", "negative fence"))?,
                 ttl_ms,
                 server_us,
+                exact: exact == 1,
             }),
-            [0, pttl_ms, server_us] => Ok(AcquireReply::Busy { pttl_ms, server_us }),
+            [0, pttl_ms, server_us, exact] => Ok(AcquireReply::Busy {
+                pttl_ms,
+                server_us,
+                exact: exact == 1,
+            }),
             [2] => Ok(AcquireReply::GivenUp),
             [3, permits] => Ok(AcquireReply::PermitsInUse {
                 permits: u32::try_from(permits)
@@ -220,7 +245,7 @@ impl AcquireReply {
             }),
             _ => Err(bad_reply(
                 "acquire",
-                "not {1, fence, ttl, time}, {0, pttl, time}, {2} or {3, permits}",
+                "not {1, fence, ttl, time, exact}, {0, pttl, time, exact}, {2} or {3, permits}",
             )),
         }
     }
@@ -284,7 +309,8 @@ pub(crate) struct Ask {
 /// acquire.lua (a lock) or sem_acquire.lua (a permit): take it with `token` for `ttl` if one is free
 /// and nobody is queued first; mint the fence. When busy and `block` is not zero (a `BLPOP` of the
 /// caller's wake list for `block` follows in the same pipeline), queue the caller or refresh its
-/// place; a release that hands it over sets `first_ttl`.
+/// place; a release that hands it over sets `first_ttl`. The script reads the server's clock.
+#[cfg(test)]
 pub(crate) fn acquire(
     lock_key: &str,
     token: &str,
@@ -292,60 +318,103 @@ pub(crate) fn acquire(
     block: Duration,
     t: &Tuning,
 ) -> ScriptInvocation<'static> {
+    acquire_at(lock_key, token, ask, block, t, None)
+}
+
+/// [`acquire`], going by the caller's estimate of the server's clock when it has one (no `TIME` on
+/// the common path).
+pub(crate) fn acquire_at(
+    lock_key: &str,
+    token: &str,
+    ask: Ask,
+    block: Duration,
+    t: &Tuning,
+    at: Option<Estimate>,
+) -> ScriptInvocation<'static> {
     let mut inv = if ask.permits > 1 {
         SEM_ACQUIRE.prepare_invoke()
     } else {
         ACQUIRE.prepare_invoke()
     };
+    let at = at.unwrap_or(Estimate { lo: 0, hi: 0 });
     inv.key(lock_key)
         .key(never_key(lock_key))
         .arg(token)
         .arg(ms(ask.ttl))
         .arg(ms_or_zero(block))
-        .arg(ms(ask.first_ttl.min(ask.ttl)))
+        .arg(ms(first_ttl(&ask)))
         .arg(ms(t.entry_slack))
-        .arg(ms(t.wake_linger))
+        .arg(ms(t.window()))
         .arg(ms(t.queue_life))
-        .arg(ms(t.retention));
+        .arg(ms(t.retention))
+        .arg(at.hi)
+        .arg(at.lo);
     if ask.permits > 1 {
         inv.arg(ask.permits);
     }
     inv
 }
 
+/// The TTL a lock handed over starts with: what the caller asked for, never above its TTL.
+pub(crate) fn first_ttl(ask: &Ask) -> Duration {
+    ask.first_ttl.min(ask.ttl)
+}
+
 /// release.lua (a lock) or sem_release.lua (a permit, `permits` above 1): give it back if `token`
 /// holds it, then hand it to the first live waiter. Replies 1 when it was ours.
+#[cfg(test)]
 pub(crate) fn release(
     lock_key: &str,
     token: &str,
     permits: u32,
     t: &Tuning,
 ) -> ScriptInvocation<'static> {
+    release_at(lock_key, token, permits, t, None)
+}
+
+/// [`release`], going by the caller's estimate of the server's clock when a hand-over needs one.
+pub(crate) fn release_at(
+    lock_key: &str,
+    token: &str,
+    permits: u32,
+    t: &Tuning,
+    at: Option<Estimate>,
+) -> ScriptInvocation<'static> {
     let mut inv = if permits > 1 {
         SEM_RELEASE.prepare_invoke()
     } else {
         RELEASE.prepare_invoke()
     };
+    let at = at.unwrap_or(Estimate { lo: 0, hi: 0 });
     inv.key(lock_key)
         .key(never_key(lock_key))
         .arg(token)
         .arg(ms(t.released_memory))
-        .arg(ms(t.wake_linger))
-        .arg(ms(t.retention));
+        .arg(ms(t.window()))
+        .arg(ms(t.retention))
+        .arg(at.hi)
+        .arg(at.lo);
     inv
 }
 
 /// abandon.lua: leave the queue, remember `token` as given up, release (and hand on) a lock the token
-/// holds. Replies 1 when it released one.
-pub(crate) fn abandon(lock_key: &str, token: &str, t: &Tuning) -> ScriptInvocation<'static> {
+/// holds. `ask` is what the acquire asked for (its queue entry names the first TTL). Replies 1 when
+/// it released one.
+pub(crate) fn abandon(
+    lock_key: &str,
+    token: &str,
+    ask: &Ask,
+    t: &Tuning,
+) -> ScriptInvocation<'static> {
     let mut inv = ABANDON.prepare_invoke();
     inv.key(lock_key)
         .key(never_key(lock_key))
         .arg(token)
         .arg(ms(t.given_up_memory))
         .arg(ms(t.released_memory))
-        .arg(ms(t.wake_linger))
-        .arg(ms(t.retention));
+        .arg(ms(t.window()))
+        .arg(ms(t.retention))
+        .arg(ms(first_ttl(ask)));
     inv
 }
 
@@ -386,7 +455,7 @@ pub(crate) fn force_release(
         .key(never_key(lock_key))
         .arg(op)
         .arg(ms(t.released_memory))
-        .arg(ms(t.wake_linger))
+        .arg(ms(t.window()))
         .arg(ms(t.retention))
         .arg(holder.unwrap_or(""));
     inv

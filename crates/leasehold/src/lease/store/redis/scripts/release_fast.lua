@@ -2,23 +2,35 @@
 -- remembers the token for what was left of the lease's TTL: a retried release (a client retrying
 -- after a reconnect) that finds the marker says "released" again. A retry that arrives after that
 -- TTL would have run out finds no marker and says "not ours": a false alarm of a lost lease, never
--- a false "released". With nobody queued the release
--- ends here, before lib.lua's functions are built; else release.lua hands the lock on.
+-- a false "released". With nobody queued (the lock holds the bare token) the release ends here,
+-- before lib.lua's functions are built: two commands. Else release.lua hands the lock on.
 -- KEYS[1] lock
 -- ARGV[1] token, ARGV[2] how long a released permit is remembered ms (sem_release.lua's; a lock's
--- marker lives as long as its lease would have), ARGV[3] how long an unclaimed wake-up lingers ms,
--- ARGV[4] fence retention ms
+-- marker lives as long as its lease would have), ARGV[3] how long a waiter counts as live after
+-- joining the queue ms, ARGV[4] fence retention ms, ARGV[5] and ARGV[6] the server clock's estimate
+-- µs, no earlier and no later than it (0: none, TIME is read if it is needed)
 -- Returns 1 when the lock held our token and was released (or this is a retry of a release that did
 -- that), 0 when it was not ours (left untouched).
 local token = ARGV[1]
-if redis.call('GET', lock_key) ~= token then
-  if redis.call('GET', released_key) == token then
+local held = redis.call('GET', lock_key)
+if held == token then
+  -- RENAME keeps the lock's TTL: one command for the delete and the marker.
+  redis.call('RENAME', lock_key, base .. 'released')
+  return 1
+end
+if held ~= token .. ':q' then
+  if redis.call('GET', base .. 'released') == token then
+    return 1
+  end
+  -- A hand-over keeps the released token in the record instead.
+  local record = redis.pcall('GET', fence_key)
+  if type(record) == 'string' and string.match(record, '^%d+:%a*:[^:]*:([^:]*)$') == token then
     return 1
   end
   return 0
 end
--- RENAME keeps the lock's TTL: one command for the delete and the marker.
-redis.call('RENAME', lock_key, released_key)
-if redis.call('EXISTS', queue_key) == 0 then
-  return 1
+hi, lo = tonumber(ARGV[5]), tonumber(ARGV[6])
+if hi <= 0 then
+  hi = now_us()
+  lo, exact = hi, 1
 end

@@ -4,24 +4,29 @@
 -- KEYS[1] lock (the name's lock key: the semaphore's keys share its hash tag)
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] block ms (0: the caller does not wait; else the length of the
 -- BLPOP that follows in the same pipeline), ARGV[4] the first TTL the caller wants if a release hands
--- it a permit ms, ARGV[5] slack added to a waiter's deadline ms, ARGV[6] how long an unclaimed
--- wake-up lingers ms, ARGV[7] life of the queue keys ms, ARGV[8] fence retention ms, ARGV[9] permits
--- Returns as acquire.lua: {1, fence, ttl ms, server µs} taken; {0, ms until the first permit runs out,
--- server µs} busy; {2} given up; {3, permits} the name is in use with another number of permits (1: as
--- a lock, by leasehold or another SET NX PX client).
+-- it a permit ms, ARGV[5] slack added to a refreshing waiter's liveness ms, ARGV[6] how long a waiter
+-- counts as live after joining the queue ms, ARGV[7] life of the queue keys ms, ARGV[8] fence
+-- retention ms, ARGV[9] and ARGV[10] the server clock's estimate (unused: a semaphore goes by the
+-- server's clock), ARGV[11] permits
+-- Returns as acquire.lua: {1, fence, ttl ms, server µs, 1} taken; {0, ms until the first permit runs
+-- out, server µs, 1} busy; {2} given up; {3, permits} the name is in use with another number of
+-- permits (1: as a lock, by leasehold or another SET NX PX client).
+clock_exact()
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local block = tonumber(ARGV[3])
-local linger_ms = tonumber(ARGV[6])
+local first = tonumber(ARGV[4])
+local slack = tonumber(ARGV[5])
+local window = tonumber(ARGV[6])
 local life_ms = tonumber(ARGV[7])
 local retention_ms = tonumber(ARGV[8])
-local permits = tonumber(ARGV[9])
+local permits = tonumber(ARGV[11])
 
 local function taken(fence, ttl_now)
   if block > 0 then
-    notify(token, fence, ttl_now, linger_ms)
+    notify(token, fence, ttl_now)
   end
-  return {1, fence, ttl_now, now_us()}
+  return {1, fence, ttl_now, hi, exact}
 end
 
 -- Run twice (a retry after a reconnect), or handed a permit since: ours already.
@@ -59,22 +64,28 @@ if stored ~= permits then
 end
 keep(permits_key, life_ms)
 -- Free permits go to the queue first.
-local free, mine = fill_permits(token, linger_ms, retention_ms)
+local free, mine = fill_permits(token, window, retention_ms)
 if mine then
-  return {1, mine[1], mine[2], now_us()}
+  return {1, mine[1], mine[2], hi, exact}
 end
 if free > 0 and redis.call('EXISTS', queue_key) == 0 then
-  local fence = next_fence(retention_ms)
+  local fence = permit_fence(retention_ms)
   add_holder(token, fence, ttl)
   return taken(fence, ttl)
 end
-local first = redis.call('ZRANGE', holders_key, 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', holders_key, 0, 0, 'WITHSCORES')
 local remaining = 0
-if first[2] then
-  remaining = tonumber(first[2]) - now_ms()
+if head[2] then
+  remaining = tonumber(head[2]) - now_ms()
 end
 if block > 0 then
-  redis.call('DEL', wake_key(token))
-  enqueue(token, now_ms() + block + tonumber(ARGV[5]), tonumber(ARGV[4]), life_ms)
+  -- Waiters of a semaphore send an acquire that finds the lock free down the slow path, as a lock's do.
+  local r, existed = read_record()
+  if not flagged(r, 'q') or not flagged(r, 's') then
+    set_flag(r, 'q', true)
+    set_flag(r, 's', true)
+    write_record(r, (not existed) and math.max(retention_ms, life_ms) or nil)
+  end
+  enqueue(token, first, block, slack, life_ms)
 end
-return {0, remaining, now_us()}
+return {0, remaining, hi, exact}

@@ -1,9 +1,11 @@
 -- sem_release: give back a permit if the caller still holds it, then hand it to the first live waiter.
 -- KEYS[1] lock (the name's lock key)
--- ARGV[1] token, ARGV[2] how long the release is remembered ms, ARGV[3] how long an unclaimed wake-up
--- lingers ms, ARGV[4] fence retention ms
+-- ARGV[1] token, ARGV[2] how long the release is remembered ms, ARGV[3] how long a waiter counts as
+-- live after joining the queue ms, ARGV[4] fence retention ms, ARGV[5] and ARGV[6] the server clock's
+-- estimate (unused: a semaphore goes by the server's clock)
 -- Returns 1 when the permit was ours and is given back (or this is a retry of a release that did
 -- that), 0 when it was not ours any more (expired, or evicted).
+clock_exact()
 local token = ARGV[1]
 local until_ms = redis.call('ZSCORE', holders_key, token)
 if not until_ms or tonumber(until_ms) <= now_ms() then

@@ -3,6 +3,7 @@
 -- ARGV[1] token, ARGV[2] ttl ms
 -- Returns {1, seconds, microseconds} (the server's time, as renew.lua) when it was ours and was
 -- extended, 0 when not (left untouched).
+clock_exact()
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local until_ms = redis.call('ZSCORE', holders_key, token)

@@ -1,6 +1,6 @@
 //! The scripts against a real redis-server, one call at a time as a client would send them: the
 //! queue's order, the hand-over, no barging, dead waiters skipped, given-up tokens refused, stale
-//! grants cleared, and each script run twice.
+//! grants told apart, and each script run twice.
 
 use super::*;
 use crate::lease::store::redis::keys::LeaseKeys;
@@ -56,10 +56,22 @@ async fn release(con: &mut Con, k: &LeaseKeys, token: &str) -> bool {
     .unwrap()
 }
 
+/// What [`acquire`] asks for.
+fn ask() -> Ask {
+    Ask {
+        ttl: 30 * SEC,
+        first_ttl: SEC,
+        permits: 1,
+    }
+}
+
 async fn abandon(con: &mut Con, k: &LeaseKeys, token: &str) -> bool {
-    flag(Ok(invoke(con, &super::abandon(&k.lock, token, &tuning()))
-        .await
-        .unwrap()))
+    flag(Ok(invoke(
+        con,
+        &super::abandon(&k.lock, token, &ask(), &tuning()),
+    )
+    .await
+    .unwrap()))
     .unwrap()
 }
 
@@ -88,14 +100,33 @@ async fn exists(con: &mut Con, key: &str) -> bool {
         == 1
 }
 
+/// The queued tokens in order (each entry is `<token>,<first TTL ms>`).
 async fn queue(con: &mut Con, k: &LeaseKeys) -> Vec<String> {
-    redis::cmd("ZRANGE")
+    let entries: Vec<String> = redis::cmd("ZRANGE")
         .arg(&k.queue)
         .arg(0)
         .arg(-1)
         .query_async(con)
         .await
-        .unwrap()
+        .unwrap();
+    entries
+        .into_iter()
+        .map(|e| e.split(',').next().unwrap().to_owned())
+        .collect()
+}
+
+/// Whose token the lock holds (it is marked `<token>:q` while waiters are queued behind it).
+async fn holder(con: &mut Con, k: &LeaseKeys) -> Option<String> {
+    get(con, &k.lock)
+        .await
+        .map(|v| v.strip_suffix(":q").map(str::to_owned).unwrap_or(v))
+}
+
+/// The fence the name's record holds (`<fence>:<flags>:<holder>:<released>`).
+async fn record_fence(con: &mut Con, k: &LeaseKeys) -> Option<u64> {
+    get(con, &k.fence)
+        .await
+        .map(|r| r.split(':').next().unwrap().parse().unwrap())
 }
 
 /// What the hand-over left on `token`'s wake list (LPOP, as its BLPOP would).
@@ -131,7 +162,7 @@ async fn an_uncontended_cycle_leaves_no_queue_behind() {
     assert!(is_busy(acquire(&mut con, &k, "b", Duration::ZERO).await));
     assert!(!exists(&mut con, &k.queue).await);
     assert!(release(&mut con, &k, "a").await);
-    for key in [&k.lock, &k.queue, &k.waiters, &k.gone, &k.wake("a")] {
+    for key in [&k.lock, &k.queue, &k.alive("b"), &k.gone, &k.wake("a")] {
         assert!(!exists(&mut con, key).await, "{key} left behind");
     }
     assert!(exists(&mut con, &k.fence).await, "release keeps the fence");
@@ -155,13 +186,13 @@ async fn a_release_hands_the_lock_to_the_first_waiter_with_a_short_first_ttl_and
     assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
     assert_eq!(queue(&mut con, &k).await, ["b"]);
     assert!(release(&mut con, &k, "a").await);
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("b"));
     let ttl = pttl(&mut con, &k.lock).await;
     assert!(ttl > 0 && ttl <= 1_000, "first TTL {ttl}");
     let grant = popped_grant(&mut con, &k, "b").await.expect("b was told");
     assert!(grant.fence > fa);
     assert_eq!(grant.ttl_ms, 1_000);
-    assert_eq!(get(&mut con, &k.fence).await, Some(grant.fence.to_string()));
+    assert_eq!(record_fence(&mut con, &k).await, Some(grant.fence));
     assert!(queue(&mut con, &k).await.is_empty());
     // B holds it: a retried acquire of B gets it back (it sends nothing more in the real flow).
     assert_eq!(
@@ -180,19 +211,19 @@ async fn waiters_are_served_in_arrival_order_and_a_refresh_keeps_the_place() {
     // The first refreshes (as it does every block): it keeps its place.
     assert!(is_busy(acquire(&mut con, &k, "w1", SEC).await));
     assert_eq!(queue(&mut con, &k).await, ["w1", "w2", "w3"]);
-    let mut holder = "a".to_owned();
+    let mut holding = "a".to_owned();
     let mut fences = Vec::new();
     for expected in ["w1", "w2", "w3"] {
-        assert!(release(&mut con, &k, &holder).await);
+        assert!(release(&mut con, &k, &holding).await);
         let grant = popped_grant(&mut con, &k, expected)
             .await
             .unwrap_or_else(|| panic!("{expected} was not handed the lock"));
-        assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some(expected));
+        assert_eq!(holder(&mut con, &k).await.as_deref(), Some(expected));
         fences.push(grant.fence);
-        holder = expected.to_owned();
+        holding = expected.to_owned();
     }
     assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
-    assert!(release(&mut con, &k, &holder).await);
+    assert!(release(&mut con, &k, &holding).await);
     assert!(!exists(&mut con, &k.lock).await);
 }
 
@@ -212,7 +243,7 @@ async fn nobody_jumps_a_non_empty_queue() {
         AcquireReply::Busy { pttl_ms, .. } => assert!(pttl_ms > 0 && pttl_ms <= 1_000),
         other => panic!("barged: {other:?}"),
     }
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("b"));
     assert!(popped_grant(&mut con, &k, "b").await.is_some());
     // A new waiter joins the tail.
     assert!(is_busy(acquire(&mut con, &k, "d", SEC).await));
@@ -222,27 +253,41 @@ async fn nobody_jumps_a_non_empty_queue() {
 #[tokio::test]
 async fn a_waiter_whose_deadline_passed_is_skipped() {
     let (_srv, mut con, k) = setup().await;
+    // A waiter counts as live for one block and the slack after it joined (2 ms here), and after
+    // that while it refreshes its place.
     let short = Tuning {
+        wait_refresh: Duration::from_millis(1),
         entry_slack: Duration::from_millis(1),
         ..tuning()
     };
     acquire(&mut con, &k, "a", Duration::ZERO).await;
-    // "dead" blocked for 1 ms and never came back; "live" keeps refreshing.
+    // "dead" blocked for 1 ms and never came back; "live" refreshed (its second step) and blocks on.
     assert!(is_busy(
         acquire_with(&mut con, &k, "dead", Duration::from_millis(1), SEC, &short).await
     ));
-    assert!(is_busy(acquire(&mut con, &k, "live", 10 * SEC).await));
+    for _ in 0..2 {
+        assert!(is_busy(
+            acquire_with(&mut con, &k, "live", 10 * SEC, SEC, &short).await
+        ));
+    }
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(release(&mut con, &k, "a").await);
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("live"));
+    let released = flag(Ok(invoke(
+        &mut con,
+        &super::release(&k.lock, "a", 1, &short),
+    )
+    .await
+    .unwrap()))
+    .unwrap();
+    assert!(released);
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("live"));
     assert!(popped_grant(&mut con, &k, "dead").await.is_none());
     assert!(queue(&mut con, &k).await.is_empty());
-    let waiters: i64 = redis::cmd("HLEN")
-        .arg(&k.waiters)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(waiters, 0, "the skipped entry is gone too");
+    for w in ["dead", "live"] {
+        assert!(
+            !exists(&mut con, &k.alive(w)).await,
+            "{w}'s entry is gone too"
+        );
+    }
 }
 
 #[tokio::test]
@@ -255,7 +300,7 @@ async fn a_lock_handed_to_a_dead_waiter_is_free_again_after_its_short_first_ttl(
     ));
     assert!(is_busy(acquire(&mut con, &k, "next", SEC).await));
     assert!(release(&mut con, &k, "a").await);
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("dies"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("dies"));
     assert!(pttl(&mut con, &k.lock).await <= 100);
     // "dies" never renews. After its short first TTL, the next contact (the next waiter's refresh)
     // hands the lock on.
@@ -265,7 +310,7 @@ async fn a_lock_handed_to_a_dead_waiter_is_free_again_after_its_short_first_ttl(
         AcquireReply::Taken { ttl_ms, .. } => assert_eq!(ttl_ms, 1_000),
         other => panic!("{other:?}"),
     }
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("next"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("next"));
 }
 
 #[tokio::test]
@@ -277,9 +322,9 @@ async fn an_abandoned_waiter_leaves_the_queue_and_passes_on_a_lock_handed_to_it(
     }
     // B is handed the lock, and gives up before it hears of it.
     assert!(release(&mut con, &k, "a").await);
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("b"));
     assert!(abandon(&mut con, &k, "b").await, "it released B's lock");
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("c"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("c"));
     assert!(!exists(&mut con, &k.wake("b")).await);
     // A queued waiter that gives up just leaves.
     assert!(is_busy(acquire(&mut con, &k, "d", SEC).await));
@@ -306,19 +351,52 @@ async fn an_acquire_that_arrives_after_its_abandon_does_nothing() {
 }
 
 #[tokio::test]
-async fn a_stale_grant_is_cleared_before_the_waiter_blocks_again() {
+async fn a_stale_grant_is_told_apart_from_a_new_one() {
     let (_srv, mut con, k) = setup().await;
     acquire(&mut con, &k, "a", Duration::ZERO).await;
     assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
     assert!(release(&mut con, &k, "a").await);
-    // B never took up the grant (its connection dropped) and the lock went elsewhere meanwhile.
+    // B never took up the grant (its connection dropped) and the lock went elsewhere meanwhile: a
+    // forced release evicts B and drops its grant with it.
+    assert!(exists(&mut con, &k.wake("b")).await);
     let (evicted, _) = force_release(&mut con, &k, "op1").await;
     assert!(evicted);
+    assert!(
+        !exists(&mut con, &k.wake("b")).await,
+        "the evicted holder's grant is gone"
+    );
     fence_of(acquire(&mut con, &k, "c", Duration::ZERO).await);
-    assert!(exists(&mut con, &k.wake("b")).await);
-    // B's next step: busy, and the old grant is gone, so its BLPOP cannot take it for a lease.
+    // A grant that outlived its lock another way (the lock key deleted by someone else) is older
+    // than B's next step, which is how B's client tells it from a grant made for that step.
     assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
-    assert!(popped_grant(&mut con, &k, "b").await.is_none());
+    assert!(release(&mut con, &k, "c").await);
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("b"));
+    redis::cmd("DEL")
+        .arg(&k.lock)
+        .exec_async(&mut con)
+        .await
+        .unwrap();
+    fence_of(acquire(&mut con, &k, "d", Duration::ZERO).await);
+    let step = acquire(&mut con, &k, "b", SEC).await;
+    let AcquireReply::Busy { server_us, .. } = step else {
+        panic!("{step:?}")
+    };
+    let stale = popped_grant(&mut con, &k, "b")
+        .await
+        .expect("the old grant");
+    assert!(
+        super::super::grant_is_stale(&stale, server_us),
+        "{stale:?} vs {server_us}"
+    );
+    // A grant made after the step is not.
+    assert!(release(&mut con, &k, "d").await);
+    let fresh = popped_grant(&mut con, &k, "b")
+        .await
+        .expect("b was handed the lock");
+    assert!(
+        !super::super::grant_is_stale(&fresh, server_us),
+        "{fresh:?} vs {server_us}"
+    );
 }
 
 #[tokio::test]
@@ -378,7 +456,7 @@ async fn every_script_run_twice_has_the_effect_of_running_once() {
         release(&mut con, &k, "a").await,
         "a retried release says released"
     );
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("w"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("w"));
     let grant = popped_grant(&mut con, &k, "w").await.unwrap();
     assert!(
         popped_grant(&mut con, &k, "w").await.is_none(),
@@ -390,14 +468,14 @@ async fn every_script_run_twice_has_the_effect_of_running_once() {
     assert!(is_busy(acquire(&mut con, &k, "x", SEC).await));
     assert!(!abandon(&mut con, &k, "x").await);
     assert!(!abandon(&mut con, &k, "x").await);
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("w"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("w"));
     // Forced twice with the same request id: one eviction, one fence; the waiter the first run
     // handed the lock to keeps it.
     assert!(is_busy(acquire(&mut con, &k, "y", SEC).await));
     let (e1, f1) = force_release(&mut con, &k, "op").await;
     let (e2, f2) = force_release(&mut con, &k, "op").await;
     assert!(e1 && e2 && f1 == f2, "{e1} {f1} / {e2} {f2}");
-    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("y"));
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("y"));
     // A new forced release is a new request: it evicts y and moves the fence up.
     let (e3, f3) = force_release(&mut con, &k, "op2").await;
     assert!(e3 && f3 > f2);
@@ -409,9 +487,13 @@ async fn every_script_run_twice_has_the_effect_of_running_once() {
 async fn the_scripts_touch_only_the_keys_keys_rs_names_and_each_expires() {
     let (_srv, mut con, k) = setup().await;
     acquire(&mut con, &k, "a", Duration::ZERO).await;
-    for w in ["b", "c"] {
+    for w in ["b", "c", "b"] {
         acquire(&mut con, &k, w, SEC).await;
     }
+    assert!(
+        exists(&mut con, &k.alive("b")).await,
+        "b refreshed its place"
+    );
     abandon(&mut con, &k, "c").await;
     release(&mut con, &k, "a").await;
     force_release(&mut con, &k, "op").await;
@@ -420,19 +502,14 @@ async fn the_scripts_touch_only_the_keys_keys_rs_names_and_each_expires() {
         .query_async(&mut con)
         .await
         .unwrap();
-    let named = [
-        &k.lock,
-        &k.fence,
-        &k.queue,
-        &k.waiters,
-        &k.gone,
-        &k.released,
-        &k.forced,
-    ];
-    assert!(keys.len() >= 5, "{keys:?}");
+    let named = [&k.lock, &k.fence, &k.queue, &k.gone, &k.released, &k.forced];
+    // At least the record, the given-up token, the forced release's result and b's liveness.
+    assert!(keys.len() >= 4, "{keys:?}");
     for key in &keys {
         assert!(
-            named.contains(&key) || key.starts_with(&k.wake_prefix),
+            named.contains(&key)
+                || key.starts_with(&k.wake_prefix)
+                || key.starts_with(&k.alive_prefix),
             "{key} is not a key keys.rs names"
         );
         let ttl = pttl(&mut con, key).await;
@@ -771,7 +848,7 @@ async fn workload(con: &mut Con, prefix: &str, names: usize, t: &Tuning) -> u64 
         for w in ["b", "c"] {
             invoke::<_, Value>(con, &inv(w, SEC)).await.unwrap();
         }
-        invoke::<_, Value>(con, &super::abandon(&k.lock, "c", t))
+        invoke::<_, Value>(con, &super::abandon(&k.lock, "c", &ask(1), t))
             .await
             .unwrap();
         // Handed to b, which never takes the grant up nor releases: its lock runs out.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::dialect::{dialect_of, Dialect};
+use super::dialect::{dialect_of, Dialect, Driver};
 use super::tx::Tx;
 use crate::{Error, Result};
 
@@ -319,15 +319,7 @@ impl Database {
     /// returns to the pool.
     pub async fn begin(&self) -> Result<Tx> {
         let begin = self.dialect().begin;
-        let inner = match &self.pool {
-            #[cfg(feature = "postgres")]
-            Pool::Postgres(p) => p.begin_with(begin).await?.into(),
-            #[cfg(feature = "sqlite")]
-            Pool::Sqlite(p) => p.begin_with(begin).await?.into(),
-            // A connection that a cancelled transaction left mid-reply is closed, not pooled.
-            #[cfg(feature = "mysql")]
-            Pool::MySql(p) => super::mysql::MyTx::begin(p, begin).await?.into(),
-        };
+        let inner = on_backend!(&self.pool, Pool, p => Driver::begin(p, begin).await?.into());
         Ok(Tx::new(inner))
     }
 

@@ -1,12 +1,14 @@
 //! What differs between the SQL backends, as data: each backend module (`postgres.rs`, `sqlite.rs`, …)
 //! holds one [`Dialect`] and implements [`Driver`] for its sqlx database type, and the rest of the
 //! crate (the [`Database`](super::Database) handle, the guards, the migrations) reads the dialect
-//! instead of matching on the backend. Adding a backend is a new module with its dialect plus one
-//! variant in each of the three enums of `database.rs` and one arm in `on_backend!`.
+//! instead of matching on the backend, and opens transactions through [`Driver::begin`]. Adding a
+//! backend is a new module with its dialect and its `Driver`, plus one variant in each of the three
+//! enums (`Pool` in `database.rs`, `TxInner` and `Conn` in `tx.rs`) and one arm in `on_backend!`.
 //!
 //! Limit: only the differences leasehold's own statements meet are here; this is no SQL translator.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::LazyLock;
 
 use sqlx::migrate::Migrator;
@@ -132,10 +134,20 @@ fn to_question_marks(sql: &str) -> Result<(String, Vec<usize>)> {
 }
 
 /// The sqlx database type of one backend, tied to its dialect: lets code written once, generic over
-/// the driver, find the SQL it must send.
+/// the driver, find the SQL it must send, and open a transaction the backend's way.
 pub(crate) trait Driver: sqlx::Database {
     /// This backend's dialect.
     const DIALECT: &'static Dialect;
+
+    /// What opening a transaction gives on this backend, before it goes into a `Tx`.
+    type Tx;
+
+    /// Takes a connection from `pool` and opens a transaction on it with `begin` (the dialect's
+    /// statement).
+    fn begin(
+        pool: &sqlx::Pool<Self>,
+        begin: &'static str,
+    ) -> impl Future<Output = sqlx::Result<Self::Tx>> + Send;
 }
 
 /// The dialect of the driver behind any sqlx value typed by it (a pool, a transaction).

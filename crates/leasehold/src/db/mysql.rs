@@ -10,6 +10,7 @@
 //! locking read (`FOR UPDATE`, which reads the last committed row, not the transaction's snapshot);
 //! DDL commits implicitly, so migrations are serialised by `GET_LOCK` and each is safe to repeat.
 
+use std::future::Future;
 use std::str::FromStr;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
@@ -53,6 +54,16 @@ const SESSION_ISOLATION: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ CO
 
 impl Driver for MySql {
     const DIALECT: &'static Dialect = &DIALECT;
+
+    /// A connection that a cancelled transaction left mid-reply is closed, not pooled.
+    type Tx = MyTx;
+
+    fn begin(
+        pool: &sqlx::MySqlPool,
+        begin: &'static str,
+    ) -> impl Future<Output = sqlx::Result<Self::Tx>> + Send {
+        MyTx::begin(pool, begin)
+    }
 }
 
 /// Opens the pool.

@@ -1,13 +1,14 @@
 //! The PostgreSQL backend of [`Database`]: connecting (with an optional schema of its own) and the
 //! dialect. Writers wait on row locks; DDL is transactional, so a migration commits whole or not at all.
 
+use std::future::Future;
 use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgConnection, Postgres};
 
 use super::dialect::{Dialect, Driver};
-use super::tx::TxInner;
+use super::tx::{Conn, TxInner};
 use super::{check_identifier, Backend, Database, DatabaseBuilder, Pool};
 use crate::{Error, Result};
 
@@ -34,6 +35,15 @@ pub(crate) static DIALECT: Dialect = Dialect {
 
 impl Driver for Postgres {
     const DIALECT: &'static Dialect = &DIALECT;
+
+    type Tx = sqlx::Transaction<'static, Postgres>;
+
+    fn begin(
+        pool: &sqlx::PgPool,
+        begin: &'static str,
+    ) -> impl Future<Output = sqlx::Result<Self::Tx>> + Send {
+        pool.begin_with(begin)
+    }
 }
 
 /// Opens the pool; with a schema, creates it once and puts it alone on every connection's path.
@@ -82,5 +92,11 @@ fn is_unique_violation(e: &sqlx::Error) -> bool {
 impl From<sqlx::Transaction<'static, Postgres>> for TxInner {
     fn from(t: sqlx::Transaction<'static, Postgres>) -> Self {
         TxInner::Postgres(t)
+    }
+}
+
+impl<'a> From<&'a mut PgConnection> for Conn<'a> {
+    fn from(c: &'a mut PgConnection) -> Self {
+        Conn::Postgres(c)
     }
 }

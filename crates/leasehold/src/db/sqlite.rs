@@ -1,13 +1,14 @@
 //! The SQLite backend of [`Database`]: a file in WAL mode (or one in-memory connection), writers that
 //! queue on `BEGIN IMMEDIATE` and a busy timeout, and the dialect.
 
+use std::future::Future;
 use std::str::FromStr;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Sqlite;
 
 use super::dialect::{Dialect, Driver};
-use super::tx::TxInner;
+use super::tx::{Conn, TxInner};
 use super::{Backend, Database, DatabaseBuilder, Pool};
 use crate::{Error, Result};
 
@@ -32,6 +33,15 @@ pub(crate) static DIALECT: Dialect = Dialect {
 
 impl Driver for Sqlite {
     const DIALECT: &'static Dialect = &DIALECT;
+
+    type Tx = sqlx::Transaction<'static, Sqlite>;
+
+    fn begin(
+        pool: &sqlx::SqlitePool,
+        begin: &'static str,
+    ) -> impl Future<Output = sqlx::Result<Self::Tx>> + Send {
+        pool.begin_with(begin)
+    }
 }
 
 /// Opens the pool: WAL and `synchronous = NORMAL` for a file, one connection kept for memory.
@@ -93,5 +103,11 @@ fn is_memory(url: &str) -> bool {
 impl From<sqlx::Transaction<'static, Sqlite>> for TxInner {
     fn from(t: sqlx::Transaction<'static, Sqlite>) -> Self {
         TxInner::Sqlite(t)
+    }
+}
+
+impl<'a> From<&'a mut sqlx::SqliteConnection> for Conn<'a> {
+    fn from(c: &'a mut sqlx::SqliteConnection) -> Self {
+        Conn::Sqlite(c)
     }
 }

@@ -243,20 +243,8 @@ impl Tx {
     }
 }
 
-#[cfg(feature = "postgres")]
-impl<'a> From<&'a mut sqlx::PgConnection> for Conn<'a> {
-    fn from(c: &'a mut sqlx::PgConnection) -> Self {
-        Conn::Postgres(c)
-    }
-}
-
-#[cfg(feature = "sqlite")]
-impl<'a> From<&'a mut sqlx::SqliteConnection> for Conn<'a> {
-    fn from(c: &'a mut sqlx::SqliteConnection) -> Self {
-        Conn::Sqlite(c)
-    }
-}
-
+// PostgreSQL's and SQLite's conversions live in their modules; MariaDB's stay here, beside the one of
+// its transaction, so that `mysql.rs` and this file do not import each other.
 #[cfg(feature = "mysql")]
 impl<'a> From<&'a mut sqlx::MySqlConnection> for Conn<'a> {
     fn from(c: &'a mut sqlx::MySqlConnection) -> Self {

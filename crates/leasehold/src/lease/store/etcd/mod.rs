@@ -20,7 +20,9 @@
 //! acknowledge a renewal of a lease the new leader then expires (the deadline does not cover that).
 //!
 //! Layout: `keys` (the key layout, the glob of `list`), `connect` (URL, TLS, credentials, telling
-//! "down" from "not etcd"), `keepalive` (the one keep-alive stream of a client).
+//! "down" from "not etcd"), `keepalive` (the one keep-alive stream of a client), `request` (one
+//! request to a member: bounded, counted, moved on to the next member), `queue` (the contenders'
+//! queue: asking a turn, watching the key just ahead).
 
 mod connect;
 pub(crate) mod errors;
@@ -28,27 +30,28 @@ mod inspect;
 mod keepalive;
 mod keys;
 mod members;
+mod queue;
+mod request;
 mod retention;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use self::errors::{driver, from_etcd, is_transient, never_sent};
+use self::errors::{driver, from_etcd};
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, GetResponse, KeyValue, LeaseGrantOptions, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
-    WatchStream,
+    Compare, CompareOp, GetOptions, KeyValue, LeaseGrantOptions, PutOptions, SortOrder, SortTarget,
+    Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use tokio::time::Instant;
 
 use self::keepalive::KeepAlives;
 use self::keys::EtcdKeys;
 use self::members::Members;
+use self::queue::{Asked, Queued};
 use self::retention::RetentionLease;
 use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
 use crate::error::{Error, Phase, Result};
@@ -93,41 +96,6 @@ impl std::fmt::Debug for EtcdStore {
             .field("round_trips", &self.round_trips.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
-}
-
-/// A contender of this client with a key in a queue.
-#[derive(Debug, Clone)]
-struct Queued {
-    /// Its key, `<prefix>/{<name>}/<token>`.
-    key: String,
-    /// Its etcd lease.
-    lease: i64,
-    /// Its key's create revision: its place in the queue.
-    rev: i64,
-    /// The TTL etcd gave its lease, in seconds: how often it must be kept alive while waiting.
-    granted_ttl: i64,
-    /// When it was last asked about; entries of callers that vanished are swept after a while.
-    touched: Instant,
-    /// The key just ahead of it and the revision it was seen at, when the last request learnt it:
-    /// the next wait can watch it at once instead of asking again.
-    ahead: Option<(Vec<u8>, i64)>,
-}
-
-/// Where a queued contender stands.
-enum Check {
-    /// First in the queue: the transaction that found it so recorded the fence, its revision.
-    Owner { fence: i64 },
-    /// Behind `ahead` (the key just before it), as of revision `rev`.
-    Behind { ahead: Option<Vec<u8>>, rev: i64 },
-    /// Its key is gone (its lease expired while it waited, or was revoked).
-    Gone,
-}
-
-/// What asking a queued contender's turn ended with.
-enum Asked {
-    Taken(Grant),
-    Behind { ahead: Option<Vec<u8>>, rev: i64 },
-    Gone,
 }
 
 /// The etcd lease id of a holder's token: its last 63 bits (never 0, which asks etcd to choose).
@@ -182,6 +150,23 @@ fn revision_of(resp: &TxnResponse, phase: Phase) -> Result<i64> {
         .ok_or_else(|| bad_reply_in(phase, "a header"))
 }
 
+/// The fence of an owner seen at etcd revision `revision`.
+fn fence_at(revision: i64) -> Fence {
+    Fence::new(u64::try_from(revision).unwrap_or(0))
+}
+
+/// etcd has no replicas to wait for: a request for a replica wait is refused.
+fn refuse_replica_wait(req: &Request<'_>) -> Result<()> {
+    if req.opts.replicas.is_some() {
+        return Err(Error::invalid(
+            "replica wait",
+            "etcd commits every write on a majority of members before it answers, so there is \
+             no replica to wait for; remove wait_for_replicas for an etcd store",
+        ));
+    }
+    Ok(())
+}
+
 /// The key-values of the `i`-th read of a transaction.
 fn kvs_of(ops: &[TxnOpResponse], i: usize) -> &[KeyValue] {
     match ops.get(i) {
@@ -193,134 +178,6 @@ fn kvs_of(ops: &[TxnOpResponse], i: usize) -> &[KeyValue] {
 impl EtcdStore {
     fn keys(&self, name: &str) -> EtcdKeys {
         EtcdKeys::new(&self.prefix, name)
-    }
-
-    /// Overall bound of one request: a reply, and a connection opened on the way.
-    fn limit(&self) -> Duration {
-        self.response_timeout + self.connect_timeout
-    }
-
-    /// One request to the current member, counted and bounded; a failure is [`Error::Store`] for
-    /// `phase`. A request that provably never reached the member (the connection was refused) goes
-    /// to the next member at once; one that failed or timed out there moves later requests on to
-    /// the next member, and is not sent again (it may have been executed).
-    async fn call<T, F, Fut>(&self, phase: Phase, op: F) -> Result<T>
-    where
-        F: Fn(Client) -> Fut,
-        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
-    {
-        let limit = self.limit();
-        let mut refused = None;
-        for _ in 0..self.members.len() {
-            let i = self.members.current();
-            self.round_trips.fetch_add(1, Ordering::Relaxed);
-            let attempt = async {
-                let client = self.members.client(i).await?;
-                op(client).await
-            };
-            match tokio::time::timeout(limit, attempt).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if never_sent(&e) => {
-                    self.members.skip(i);
-                    refused = Some(e);
-                }
-                Ok(Err(e)) => {
-                    if is_transient(&e) {
-                        self.members.skip(i);
-                    }
-                    return Err(from_etcd(phase, e));
-                }
-                Err(_) => {
-                    self.members.skip(i);
-                    return Err(Error::Timeout {
-                        phase,
-                        after: limit,
-                    });
-                }
-            }
-        }
-        Err(from_etcd(
-            phase,
-            refused.unwrap_or_else(|| {
-                etcd_client::Error::InvalidArgs("the URL names no member".to_owned())
-            }),
-        ))
-    }
-
-    async fn txn(&self, phase: Phase, txn: Txn) -> Result<TxnResponse> {
-        let r = self
-            .call(phase, |mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await;
-        if let Some(source) = r.as_ref().err().and_then(driver) {
-            if is_lease_not_found(source) {
-                // Perhaps the records' lease (a cluster restored from an older snapshot): the next
-                // write grants a new one.
-                self.records.forget().await;
-            }
-        }
-        r
-    }
-
-    /// A put of the name's fence record, attached to the current retention lease, so that the
-    /// record of a name no longer used goes after the retention.
-    async fn put_record(&self, keys: &EtcdKeys, value: &str, phase: Phase) -> Result<TxnOp> {
-        self.put_kept(keys.record.clone(), value.as_bytes().to_vec(), phase)
-            .await
-    }
-
-    /// A put of `key` attached to the current retention lease: it goes the retention after its last
-    /// write.
-    async fn put_kept(&self, key: String, value: Vec<u8>, phase: Phase) -> Result<TxnOp> {
-        let ttl = self.records.ttl_s();
-        let lease = self
-            .records
-            .get(|| async {
-                self.call(phase, |mut c| async move { c.lease_grant(ttl, None).await })
-                    .await
-                    .map(|granted| granted.id())
-            })
-            .await?;
-        Ok(TxnOp::put(
-            key,
-            value,
-            Some(PutOptions::new().with_lease(lease)),
-        ))
-    }
-
-    async fn get(&self, phase: Phase, key: Vec<u8>, options: GetOptions) -> Result<GetResponse> {
-        self.call(phase, |mut c| {
-            let (key, options) = (key.clone(), options.clone());
-            async move { c.get(key, Some(options)).await }
-        })
-        .await
-    }
-
-    async fn watch(&self, key: Vec<u8>, options: WatchOptions) -> Result<WatchStream> {
-        self.call(Phase::Wait, |mut c| {
-            let (key, options) = (key.clone(), options.clone());
-            async move { c.watch(key, Some(options)).await }
-        })
-        .await
-    }
-
-    /// Keeps leases `ids` alive on the shared stream: per id whether etcd still had it.
-    async fn keep_alive(&self, ids: &[i64], phase: Phase) -> Result<Vec<bool>> {
-        let limit = self.limit();
-        match tokio::time::timeout(limit, self.keepalives.renew(ids)).await {
-            Ok(Ok(alive)) => Ok(alive),
-            Ok(Err(source)) => Err(from_etcd(phase, source)),
-            Err(_) => {
-                // The stream may be stuck on a member that stopped answering: open another.
-                self.keepalives.reset().await;
-                Err(Error::Timeout {
-                    phase,
-                    after: limit,
-                })
-            }
-        }
     }
 
     /// Grants the etcd lease of `token`; returns the instant before the grant was sent (etcd starts
@@ -376,201 +233,35 @@ impl EtcdStore {
         });
     }
 
-    fn queued(&self, token: &str) -> Option<Queued> {
-        self.queued
-            .lock()
-            .expect("queue registry lock")
-            .get(token)
-            .cloned()
-    }
-
-    fn forget_queued(&self, token: &str) {
-        self.queued
-            .lock()
-            .expect("queue registry lock")
-            .remove(token);
-    }
-
-    fn remember_queued(&self, token: &str, q: Queued) {
-        let mut map = self.queued.lock().expect("queue registry lock");
-        if map.len() >= 256 {
-            // Callers that vanished without abandoning (their task was dropped while retrying):
-            // their keys expired long ago.
-            let now = Instant::now();
-            map.retain(|_, q| {
-                now.saturating_duration_since(q.touched)
-                    < Duration::from_secs(q.granted_ttl.unsigned_abs() * 10 + 60)
-            });
-        }
-        map.insert(token.to_owned(), q);
-    }
-
-    /// Where the queued contender `q` stands; when it is first, the same transaction records the
-    /// fence (the record's mod revision), so that the owner's fence is the revision at which it
-    /// was seen to be first.
-    async fn check_turn(
+    /// The acquire's one transaction: `mine` takes the name if no key is queued under it (and the
+    /// fence record names its token); otherwise, when the caller will wait, it queues at the back.
+    /// A transaction that failed may have been applied: revoking the lease deletes a key it put.
+    async fn take_or_queue(
         &self,
         keys: &EtcdKeys,
-        q: &Queued,
         token: &str,
-        phase: Phase,
-    ) -> Result<Check> {
-        let ahead = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(q.rev - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1)
-            .with_keys_only();
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(q.key.clone(), CompareOp::Equal, q.rev),
-                // Every key of the queue was created at or after ours: none is ahead.
-                Compare::create_revision(keys.queue.clone(), CompareOp::Greater, q.rev - 1)
-                    .with_prefix(),
-            ])
-            .and_then([self.put_record(keys, token, phase).await?])
-            .or_else([
-                TxnOp::get(q.key.clone(), Some(GetOptions::new().with_keys_only())),
-                TxnOp::get(keys.queue.clone(), Some(ahead)),
+        mine: &str,
+        enqueue: bool,
+    ) -> Result<TxnResponse> {
+        let lease = lease_id(token);
+        let take = Txn::new()
+            .when([Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix()])
+            .and_then([
+                TxnOp::put(mine, "", Some(PutOptions::new().with_lease(lease))),
+                self.put_record(keys, token, Phase::Acquire).await?,
             ]);
-        let resp = self.txn(phase, txn).await?;
-        let rev = revision_of(&resp, phase)?;
-        if resp.succeeded() {
-            return Ok(Check::Owner { fence: rev });
-        }
-        let ops = resp.op_responses();
-        let ours = kvs_of(&ops, 0)
-            .first()
-            .is_some_and(|kv| kv.create_revision() == q.rev);
-        if !ours {
-            return Ok(Check::Gone);
-        }
-        Ok(Check::Behind {
-            ahead: kvs_of(&ops, 1).first().map(|kv| kv.key().to_vec()),
-            rev,
-        })
-    }
-
-    /// Asks whether queued contender `q` is first, keeping its lease alive in the same breath: the
-    /// lease is then the holder's with a TTL started no earlier than this call.
-    async fn ask_turn(
-        &self,
-        keys: &EtcdKeys,
-        q: &Queued,
-        req: &Request<'_>,
-        phase: Phase,
-    ) -> Result<Asked> {
-        let since = Instant::now();
-        let ids = [q.lease];
-        let (check, alive) = tokio::join!(
-            self.check_turn(keys, q, req.token, phase),
-            self.keep_alive(&ids, phase)
-        );
-        let alive = alive?.first().copied().unwrap_or(false);
-        match check? {
-            Check::Gone => {
-                self.forget_queued(req.token);
-                if alive {
-                    // Its key was deleted under it (by hand): let the lease go too.
-                    self.revoke(q.lease, phase).await?;
-                }
-                Ok(Asked::Gone)
-            }
-            _ if !alive => {
-                self.forget_queued(req.token);
-                Ok(Asked::Gone)
-            }
-            Check::Owner { fence } => {
-                self.forget_queued(req.token);
-                Ok(Asked::Taken(Grant {
-                    fence: Fence::new(u64::try_from(fence).unwrap_or(0)),
-                    since,
-                    ttl: req.opts.ttl,
-                    wakes_next: false,
-                }))
-            }
-            Check::Behind { ahead, rev } => {
-                if let Some(entry) = self
-                    .queued
-                    .lock()
-                    .expect("queue registry lock")
-                    .get_mut(req.token)
-                {
-                    entry.touched = Instant::now();
-                    entry.ahead = ahead.clone().map(|key| (key, rev));
-                }
-                Ok(Asked::Behind { ahead, rev })
-            }
-        }
-    }
-
-    /// Waits until `ahead` (seen at revision `rev`) is deleted, or `end` passes, keeping `q`'s lease
-    /// alive meanwhile. `Ok(true)`: deleted (or the watch was cut short: look again); `Ok(false)`:
-    /// `end` passed or `q`'s lease is gone.
-    ///
-    /// The watch starts at the present, not at `rev + 1`: etcd serves a watch that starts in the past
-    /// from a catch-up loop that runs every 100 ms, which would delay a hand-off by up to that much.
-    /// So it watches first and then, if the store moved since `rev`, reads whether `ahead` is still
-    /// there: a deletion before the watch began is seen by the read, one after it by the watch.
-    async fn watch_deletion(
-        &self,
-        ahead: Vec<u8>,
-        rev: i64,
-        q: &Queued,
-        end: Instant,
-    ) -> Result<bool> {
-        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        let mut stream = self.watch(ahead.clone(), options).await?;
-        let ended = || {
-            from_etcd(
-                Phase::Wait,
-                etcd_client::Error::WatchError("etcd ended the watch".to_owned()),
-            )
+        let take = if enqueue {
+            take.or_else(queue::queue_at_back(keys, mine, lease))
+        } else {
+            take
         };
-        let created = match tokio::time::timeout(self.limit(), stream.message()).await {
-            Ok(Ok(Some(created))) => created,
-            Ok(Ok(None)) => return Err(ended()),
-            Ok(Err(source)) => return Err(from_etcd(Phase::Wait, source)),
-            Err(_) => {
-                return Err(Error::Timeout {
-                    phase: Phase::Wait,
-                    after: self.limit(),
-                })
-            }
-        };
-        if created.canceled() || !created.events().is_empty() {
-            return Ok(true);
-        }
-        if created.header().is_none_or(|h| h.revision() != rev) {
-            let still = self
-                .get(Phase::Wait, ahead, GetOptions::new().with_count_only())
-                .await?;
-            if still.count() == 0 {
-                return Ok(true);
-            }
-        }
-        let every =
-            Duration::from_millis(u64::try_from(q.granted_ttl.max(1)).unwrap_or(1) * 1000 / 3);
-        let mut next_keepalive = Instant::now() + every;
-        loop {
-            tokio::select! {
-                msg = stream.message() => {
-                    let msg = msg.map_err(|source| from_etcd(Phase::Wait, source))?;
-                    let Some(resp) = msg else {
-                        return Err(ended());
-                    };
-                    if resp.canceled() || !resp.events().is_empty() {
-                        return Ok(true);
-                    }
+        match self.txn(Phase::Acquire, take).await {
+            Ok(resp) => Ok(resp),
+            Err(e) => {
+                if let Err(again) = self.revoke(lease, Phase::Acquire).await {
+                    tracing::debug!(error = %again, "revoking after a failed acquire failed; the lease expires after its TTL");
                 }
-                _ = tokio::time::sleep_until(next_keepalive) => {
-                    let alive = self.keep_alive(&[q.lease], Phase::Wait).await?;
-                    if !alive.first().copied().unwrap_or(false) {
-                        return Ok(false);
-                    }
-                    next_keepalive = Instant::now() + every;
-                }
-                _ = tokio::time::sleep_until(end) => return Ok(false),
+                Err(e)
             }
         }
     }
@@ -621,64 +312,20 @@ impl Store for EtcdStore {
     /// name if nobody is queued, else queues the caller when it will wait); one (with a keep-alive
     /// alongside) for a queued contender asking again.
     async fn acquire(&self, req: &Request<'_>) -> Result<Attempt> {
-        if req.opts.replicas.is_some() {
-            return Err(Error::invalid(
-                "replica wait",
-                "etcd commits every write on a majority of members before it answers, so there is \
-                 no replica to wait for; remove wait_for_replicas for an etcd store",
-            ));
-        }
+        refuse_replica_wait(req)?;
         let keys = self.keys(req.name);
-        if let Some(q) = self.queued(req.token) {
-            match self.ask_turn(&keys, &q, req, Phase::Acquire).await? {
-                Asked::Taken(grant) => return Ok(Attempt::Taken(grant)),
-                Asked::Behind { .. } => return Ok(Attempt::Busy { remaining: None }),
-                // Its lease expired while it was away: it queues again, at the back.
-                Asked::Gone => {}
-            }
+        if let Some(attempt) = self.ask_again_if_queued(&keys, req).await? {
+            return Ok(attempt);
         }
         let (since, granted_ttl) = self.grant(req.token, req.opts.ttl).await?;
         let lease = lease_id(req.token);
         let mine = keys.contender(req.token);
         let enqueue = !req.wait.is_zero();
-        let take = Txn::new()
-            .when([Compare::create_revision(keys.queue.clone(), CompareOp::Equal, 0).with_prefix()])
-            .and_then([
-                TxnOp::put(mine.clone(), "", Some(PutOptions::new().with_lease(lease))),
-                self.put_record(&keys, req.token, Phase::Acquire).await?,
-            ]);
-        let take = if enqueue {
-            // Queue at the back, and read the two newest keys: ours, and the one just ahead.
-            let newest = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(2)
-                .with_keys_only();
-            take.or_else([
-                TxnOp::put(
-                    mine.clone(),
-                    "",
-                    Some(PutOptions::new().with_lease(lease).with_prev_key()),
-                ),
-                TxnOp::get(keys.queue.clone(), Some(newest)),
-            ])
-        } else {
-            take
-        };
-        let resp = match self.txn(Phase::Acquire, take).await {
-            Ok(resp) => resp,
-            Err(e) => {
-                // The transaction may have been applied: revoking the lease deletes a key it put.
-                if let Err(again) = self.revoke(lease, Phase::Acquire).await {
-                    tracing::debug!(error = %again, "revoking after a failed acquire failed; the lease expires after its TTL");
-                }
-                return Err(e);
-            }
-        };
+        let resp = self.take_or_queue(&keys, req.token, &mine, enqueue).await?;
         let rev = revision_of(&resp, Phase::Acquire)?;
         if resp.succeeded() {
             return Ok(Attempt::Taken(Grant {
-                fence: Fence::new(u64::try_from(rev).unwrap_or(0)),
+                fence: fence_at(rev),
                 since,
                 ttl: req.opts.ttl,
                 wakes_next: false,
@@ -689,31 +336,8 @@ impl Store for EtcdStore {
             self.revoke_in_background(lease);
             return Ok(Attempt::Busy { remaining: None });
         }
-        let replies = resp.op_responses();
-        let existed = match replies.first() {
-            Some(TxnOpResponse::Put(p)) => p.prev_key().map(|kv| kv.create_revision()),
-            _ => None,
-        };
-        let created = existed.unwrap_or(rev);
-        // Known only when our key is the one just created (the newest); a key put again by a
-        // retried attempt keeps its place, and the wait then asks.
-        let ahead = match kvs_of(&replies, 1) {
-            [newest, before, ..] if existed.is_none() && newest.key() == mine.as_bytes() => {
-                Some((before.key().to_vec(), rev))
-            }
-            _ => None,
-        };
-        self.remember_queued(
-            req.token,
-            Queued {
-                key: mine,
-                lease,
-                rev: created,
-                granted_ttl,
-                touched: Instant::now(),
-                ahead,
-            },
-        );
+        let place = queue::place_from(&resp, mine, lease, rev, granted_ttl);
+        self.remember_queued(req.token, place);
         Ok(Attempt::Busy { remaining: None })
     }
 
@@ -725,12 +349,7 @@ impl Store for EtcdStore {
             return Ok(Turn::AskAgain);
         };
         // Right after queueing or asking, the key ahead is known: watch it without asking again.
-        let mut known = self
-            .queued
-            .lock()
-            .expect("queue registry lock")
-            .get_mut(req.token)
-            .and_then(|entry| entry.ahead.take());
+        let mut known = self.take_known_ahead(req.token);
         let keys = self.keys(req.name);
         let end = Instant::now() + block;
         loop {
@@ -847,7 +466,7 @@ impl Store for EtcdStore {
         };
         Ok(ForcedRelease {
             evicted,
-            fence: Fence::new(u64::try_from(fence).unwrap_or(0)),
+            fence: fence_at(fence),
         })
     }
 

@@ -463,22 +463,53 @@ mod tests {
         assert_eq!(fence, "100");
     }
 
+    async fn pttl(con: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+        redis::cmd("PTTL").arg(key).query_async(con).await.unwrap()
+    }
+
+    /// `token` takes the free lock of `k` for `ttl`: the fence it was given.
+    async fn taken(
+        con: &mut redis::aio::MultiplexedConnection,
+        k: &RedlockKeys,
+        token: &str,
+        ttl: Duration,
+        fence_keys: FenceKeys,
+    ) -> u64 {
+        let reply = NodeAcquire::from_value(
+            one(con, acquire(k, token, ttl, Duration::ZERO, 0, fence_keys)).await,
+        );
+        let Ok(NodeAcquire::Taken { fence, .. }) = reply else {
+            panic!("{reply:?}")
+        };
+        fence
+    }
+
+    async fn released(
+        con: &mut redis::aio::MultiplexedConnection,
+        k: &RedlockKeys,
+        token: &str,
+    ) -> bool {
+        flag_reply(Ok(one(con, release(k, token)).await)).unwrap()
+    }
+
+    /// The keys on the server that never expire.
+    async fn keys_without_ttl(con: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(con).await.unwrap();
+        let mut permanent = Vec::new();
+        for key in keys {
+            if pttl(con, &key).await == -1 {
+                permanent.push(key);
+            }
+        }
+        permanent
+    }
+
     /// The fence key lasts the retention from its last write (never shortened by a client with a
     /// shorter one) and then goes, leaving nothing of the name; a fence minted after that is still
     /// higher, by the clock floor.
     #[tokio::test]
     async fn the_fence_key_expires_after_the_retention_and_fences_still_increase() {
         let (_srv, mut con, k) = setup().await;
-        let pttl = |con: &mut redis::aio::MultiplexedConnection, key: String| {
-            let mut con = con.clone();
-            async move {
-                redis::cmd("PTTL")
-                    .arg(key)
-                    .query_async::<i64>(&mut con)
-                    .await
-                    .unwrap()
-            }
-        };
         let short = FenceKeys {
             floor: true,
             retention: SEC,
@@ -488,33 +519,18 @@ mod tests {
             retention: 10 * SEC,
         };
         // A lease longer than the retention keeps its fence key at least as long as the lease.
-        let a = NodeAcquire::from_value(
-            one(
-                &mut con,
-                acquire(&k, "a", 2 * SEC, Duration::ZERO, 0, short),
-            )
-            .await,
-        );
-        let Ok(NodeAcquire::Taken { fence: first, .. }) = a else {
-            panic!("{a:?}")
-        };
-        assert!((1_000..=2_000).contains(&pttl(&mut con, k.fence.clone()).await));
-        assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
+        let first = taken(&mut con, &k, "a", 2 * SEC, short).await;
+        assert!((1_000..=2_000).contains(&pttl(&mut con, &k.fence).await));
+        assert!(released(&mut con, &k, "a").await);
         // Another client with a longer retention: never shortened by the short one afterwards.
         one(&mut con, acquire(&k, "b", SEC, Duration::ZERO, 0, long)).await;
-        assert!(flag_reply(Ok(one(
-            &mut con,
-            confirm(&k, "b", 4_000_000_000_000_000, SEC)
-        )
-        .await))
-        .unwrap());
-        assert!(pttl(&mut con, k.fence.clone()).await > 9_000);
-        assert!(flag_reply(Ok(
-            one(&mut con, raise(&k, 5_000_000_000_000_000, SEC)).await
-        ))
-        .unwrap());
-        assert!(pttl(&mut con, k.fence.clone()).await > 9_000);
-        assert!(flag_reply(Ok(one(&mut con, release(&k, "b")).await)).unwrap());
+        let confirmed = one(&mut con, confirm(&k, "b", 4_000_000_000_000_000, SEC)).await;
+        assert!(flag_reply(Ok(confirmed)).unwrap());
+        assert!(pttl(&mut con, &k.fence).await > 9_000);
+        let raised = one(&mut con, raise(&k, 5_000_000_000_000_000, SEC)).await;
+        assert!(flag_reply(Ok(raised)).unwrap());
+        assert!(pttl(&mut con, &k.fence).await > 9_000);
+        assert!(released(&mut con, &k, "b").await);
         redis::cmd("DEL")
             .arg(&k.fence)
             .query_async::<()>(&mut con)
@@ -522,34 +538,12 @@ mod tests {
             .unwrap();
         // Gone after the retention: nothing of the name is left.
         one(&mut con, acquire(&k, "c", SEC, Duration::ZERO, 0, short)).await;
-        assert!(flag_reply(Ok(one(&mut con, release(&k, "c")).await)).unwrap());
+        assert!(released(&mut con, &k, "c").await);
         tokio::time::sleep(Duration::from_millis(1_300)).await;
-        let left: Vec<String> = redis::cmd("KEYS")
-            .arg("*")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        let permanent = {
-            let mut p = Vec::new();
-            for key in left {
-                if pttl(&mut con, key.clone()).await == -1 {
-                    p.push(key);
-                }
-            }
-            p
-        };
+        let permanent = keys_without_ttl(&mut con).await;
         assert!(permanent.is_empty(), "keys without a TTL: {permanent:?}");
-        assert_eq!(
-            pttl(&mut con, k.fence.clone()).await,
-            -2,
-            "the fence key is gone"
-        );
-        let d = NodeAcquire::from_value(
-            one(&mut con, acquire(&k, "d", SEC, Duration::ZERO, 0, short)).await,
-        );
-        let Ok(NodeAcquire::Taken { fence: later, .. }) = d else {
-            panic!("{d:?}")
-        };
+        assert_eq!(pttl(&mut con, &k.fence).await, -2, "the fence key is gone");
+        let later = taken(&mut con, &k, "d", SEC, short).await;
         assert!(
             later > first,
             "the clock floor keeps fences increasing: {first} -> {later}"

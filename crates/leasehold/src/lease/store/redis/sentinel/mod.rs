@@ -18,10 +18,14 @@
 //! from here it keeps accepting writes until they demote it (bounded by `min-replicas-to-write` on
 //! the server, if set), and the subscription to `+switch-master` is only as live as the sentinel it
 //! listens to (pinged every second, replaced when silent).
+//!
+//! Layout: this file finds the primary and sends to it; `watch` follows `+switch-master`.
+
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -32,11 +36,6 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::node::{self, io_error, is_blocking, is_connection_failure, is_readonly, server_error};
 use super::topology::SentinelUrl;
 use crate::error::{Error, Phase, Result};
-
-/// How often the `+switch-master` subscription is checked for life.
-const PING_EVERY: Duration = Duration::from_secs(1);
-/// Pause before subscribing again after the subscription broke.
-const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(200);
 
 /// A handle on the current primary of one Sentinel-monitored master. Cheap to clone; clones share
 /// the connection, the lookup and the subscription.
@@ -168,7 +167,7 @@ impl SentinelConn {
         let primary = conn.lookup().await.map_err(|e| conn.connect_error(e))?;
         tracing::debug!(master = %conn.inner.url.master, primary = %primary.addr, "sentinel primary found");
         *conn.inner.current.lock().expect("primary lock") = Some(primary);
-        tokio::spawn(watch(Arc::downgrade(&conn.inner), stop));
+        tokio::spawn(watch::watch(Arc::downgrade(&conn.inner), stop));
         Ok(conn)
     }
 
@@ -531,118 +530,5 @@ impl ConnectionLike for SentinelConn {
 
     fn get_db(&self) -> i64 {
         self.inner.url.data.db
-    }
-}
-
-/// Listens for `+switch-master` on one sentinel after another (the next when one goes silent), and
-/// drops the primary when the master it follows switched. Ends when the last handle goes.
-async fn watch(inner: Weak<Inner>, stop: CancellationToken) {
-    let mut next = 0usize;
-    let mut subscribed_before = false;
-    loop {
-        let Some(conn) = inner.upgrade().map(|inner| SentinelConn { inner }) else {
-            return;
-        };
-        let sentinels = conn.inner.url.sentinels.clone();
-        let sentinel = sentinels[next % sentinels.len()].clone();
-        next += 1;
-        let subscription = tokio::time::timeout(
-            conn.inner.connect_timeout + conn.inner.response_timeout,
-            subscribe(&conn, &sentinel),
-        )
-        .await;
-        let (mut sink, mut stream) = match subscription {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::debug!(sentinel, error = %e, "cannot subscribe to +switch-master");
-                drop(conn);
-                if pause(&stop).await {
-                    return;
-                }
-                continue;
-            }
-            Err(_) => {
-                drop(conn);
-                if pause(&stop).await {
-                    return;
-                }
-                continue;
-            }
-        };
-        if subscribed_before {
-            // A switch announced while no sentinel was listened to would go unseen: look again.
-            let before = conn.current().map(|p| p.addr);
-            if let Ok(found) = conn.lookup().await {
-                if before.as_deref() != Some(&*found.addr) {
-                    if let Some(old) = before {
-                        conn.forget_addr(&old, "the sentinels name another primary");
-                    }
-                }
-            }
-        }
-        subscribed_before = true;
-        let (master, response_timeout) =
-            (conn.inner.url.master.clone(), conn.inner.response_timeout);
-        drop(conn);
-        let mut ping = tokio::time::interval(PING_EVERY);
-        ping.tick().await;
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                msg = stream.next() => {
-                    let Some(msg) = msg else { break };
-                    let Ok(payload) = msg.get_payload::<String>() else { continue };
-                    // "<master name> <old ip> <old port> <new ip> <new port>"
-                    let parts: Vec<&str> = payload.split(' ').collect();
-                    if let [name, old_ip, old_port, new_ip, new_port] = parts[..] {
-                        if name != master {
-                            continue;
-                        }
-                        let Some(conn) = inner.upgrade().map(|inner| SentinelConn { inner }) else {
-                            return;
-                        };
-                        tracing::info!(master = name, from = %format!("{old_ip}:{old_port}"), to = %format!("{new_ip}:{new_port}"), "sentinels switched the primary");
-                        if let Ok(port) = old_port.parse::<u16>() {
-                            conn.forget_addr(&node::addr(old_ip, port), "+switch-master");
-                        }
-                        // Whatever we use, if it is not the new primary, must go.
-                        if let (Some(p), Ok(port)) = (conn.current(), new_port.parse::<u16>()) {
-                            if *p.addr != node::addr(new_ip, port) {
-                                conn.forget(p.generation, "+switch-master");
-                            }
-                        }
-                    }
-                }
-                _ = ping.tick() => {
-                    let alive = tokio::time::timeout(response_timeout, sink.ping::<Value>()).await;
-                    if !matches!(alive, Ok(Ok(_))) {
-                        tracing::debug!(sentinel, "the sentinel went silent; listening to the next one");
-                        break;
-                    }
-                }
-            }
-        }
-        if pause(&stop).await {
-            return;
-        }
-    }
-}
-
-/// A pub/sub connection to `sentinel`, subscribed to `+switch-master`.
-async fn subscribe(
-    conn: &SentinelConn,
-    sentinel: &str,
-) -> RedisResult<(redis::aio::PubSubSink, redis::aio::PubSubStream)> {
-    let client = conn.inner.url.sentinel.client(sentinel)?;
-    let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe("+switch-master").await?;
-    Ok(pubsub.split())
-}
-
-/// Waits before the next subscription attempt; `true` when told to stop meanwhile.
-async fn pause(stop: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = stop.cancelled() => true,
-        _ = tokio::time::sleep(RESUBSCRIBE_PAUSE) => false,
     }
 }

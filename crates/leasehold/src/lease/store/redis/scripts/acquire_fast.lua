@@ -17,9 +17,12 @@ local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local block = tonumber(ARGV[3])
 hi, lo = tonumber(ARGV[9]), tonumber(ARGV[10])
+local hi_text = ARGV[9]
 if hi <= 0 then
-  hi = now_us()
-  lo, exact = hi, 1
+  -- No estimate: the server's clock (fence.lua's now_us is not built yet on this path).
+  local t = redis.call('TIME')
+  hi = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  lo, exact, hi_text = hi, 1, string.format('%d', hi)
 end
 
 -- false when the lock was free and is now ours; else the lock as it was (nothing written).
@@ -28,7 +31,7 @@ local old
 if not held then
   -- The record for this lease, written before the old one is read (one command for both): its fence
   -- is the clock's estimate, which is above the old fence unless the acquisitions outran it.
-  old = redis.pcall('SET', fence_key, string.format('%d::%s:', hi, token), 'PX',
+  old = redis.pcall('SET', fence_key, hi_text .. '::' .. token .. ':', 'PX',
     math.max(tonumber(ARGV[8]), ttl), 'GET')
   if type(old) == 'table' and old.err then
     -- Not a string at all: nothing was written to it; give the lock back and say so.

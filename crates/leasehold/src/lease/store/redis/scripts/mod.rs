@@ -1,13 +1,14 @@
 //! The lease's Lua scripts, one `.lua` file each, each behind one typed function. Scripts run as
 //! `EVALSHA`, reloaded automatically when the server answers `NOSCRIPT` (after a restart or failover).
 //!
-//! Every script but renew begins with `fence.lua` (the server clock and the fence rule, which
-//! Redlock's scripts begin with too), `names.lua` (the derived key names) and `lib.lua` (the waiter
-//! queue and the hand-over), joined at compile time with `concat!`, not built by formatting: they are
-//! written once, so the rule that hands a lock to the next waiter cannot differ between the release,
-//! the abandon and the acquire that finds an expired lock. The acquire and the release put a fast
-//! part (`acquire_fast.lua`, `release_fast.lua`) before `lib.lua`: the uncontended case returns there,
-//! before the library's functions are built, which is most of the Redis CPU such a call costs.
+//! Every script but renew and the notes begins with `names.lua` (the lock and record keys, the clock
+//! estimate), then `fence.lua` (the server clock and the fence rule, which Redlock's scripts begin
+//! with too) and `lib.lua` (the record, the waiter queue and the hand-over), joined at compile time
+//! with `concat!`, not built by formatting: they are written once, so the rule that hands a lock to
+//! the next waiter cannot differ between the release, the abandon and the acquire that finds an
+//! expired lock. The acquire and the release put a fast part (`acquire_fast.lua`, `release_fast.lua`)
+//! right after `names.lua`: the uncontended case returns there, before any function is built, which
+//! is most of the Redis CPU such a call would cost otherwise.
 //!
 //! Promise: each script has the effect of running once when a client runs it twice (a retry after a
 //! reconnect): a retried acquire with the same token gets the same lease and fence back, a retried
@@ -24,54 +25,54 @@ use redis::{RedisResult, Script, ScriptInvocation, Value};
 use super::server_time::Estimate;
 
 const ACQUIRE_LUA: &str = concat!(
-    include_str!("fence.lua"),
     include_str!("names.lua"),
     include_str!("acquire_fast.lua"),
+    include_str!("fence.lua"),
     include_str!("lib.lua"),
     include_str!("acquire.lua")
 );
 const RELEASE_LUA: &str = concat!(
-    include_str!("fence.lua"),
     include_str!("names.lua"),
     include_str!("release_fast.lua"),
+    include_str!("fence.lua"),
     include_str!("lib.lua"),
     include_str!("release.lua")
 );
 const ABANDON_LUA: &str = concat!(
-    include_str!("fence.lua"),
     include_str!("names.lua"),
+    include_str!("fence.lua"),
     include_str!("lib.lua"),
     include_str!("abandon.lua")
 );
 const FORCE_RELEASE_LUA: &str = concat!(
-    include_str!("fence.lua"),
     include_str!("names.lua"),
+    include_str!("fence.lua"),
     include_str!("lib.lua"),
     include_str!("force_release.lua")
 );
 /// Renewal is the one script on the path of every held lease, many times per TTL: it stays minimal.
 const RENEW_LUA: &str = include_str!("renew.lua");
 const SEM_ACQUIRE_LUA: &str = concat!(
-    include_str!("fence.lua"),
     include_str!("names.lua"),
+    include_str!("fence.lua"),
     include_str!("lib.lua"),
     include_str!("sem_acquire.lua")
 );
 const SEM_RELEASE_LUA: &str = concat!(
-    include_str!("fence.lua"),
     include_str!("names.lua"),
+    include_str!("fence.lua"),
     include_str!("lib.lua"),
     include_str!("sem_release.lua")
 );
 const SEM_RENEW_LUA: &str = concat!(
-    include_str!("fence.lua"),
     include_str!("names.lua"),
+    include_str!("fence.lua"),
     include_str!("lib.lua"),
     include_str!("sem_renew.lua")
 );
 const CHECK_LUA: &str = concat!(
-    include_str!("fence.lua"),
     include_str!("names.lua"),
+    include_str!("fence.lua"),
     include_str!("lib.lua"),
     include_str!("check.lua")
 );

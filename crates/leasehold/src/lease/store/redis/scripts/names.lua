@@ -1,7 +1,7 @@
 -- names.lua: the key names every lease script starts from, and the server clock as the caller
--- estimates it. scripts/mod.rs joins it in at compile time after fence.lua and before the script's
--- fast part (acquire_fast.lua, release_fast.lua), which runs before lib.lua's functions are built:
--- the common case of an uncontended acquire or release does not pay for building the library.
+-- estimates it. scripts/mod.rs puts it first, before the script's fast part (acquire_fast.lua,
+-- release_fast.lua), which runs before fence.lua's and lib.lua's functions are built: the common
+-- case of an uncontended acquire or release does not pay for building them.
 --
 -- KEYS[1] is the name's lock key `{prefix:name}:lock`. Every other key of the name shares its hash
 -- tag and is derived from `base` (here and in lib.lua; keys.rs names the same keys for Rust, and a

@@ -31,6 +31,7 @@ if held ~= token .. ':q' then
 end
 hi, lo = tonumber(ARGV[5]), tonumber(ARGV[6])
 if hi <= 0 then
-  hi = now_us()
+  local t = redis.call('TIME')
+  hi = tonumber(t[1]) * 1000000 + tonumber(t[2])
   lo, exact = hi, 1
 end

@@ -356,7 +356,9 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Sends one script per item in pipelines of at most [`CHUNK`]; per item the 0/1 flag.
+    /// Sends one script per item in pipelines of at most [`CHUNK`]; per item whether it was ours (a
+    /// 0/1 reply, or a renewal's or a hand-over's that also carries the server's time, which is
+    /// learned).
     async fn flags(
         &self,
         phase: Phase,
@@ -365,17 +367,27 @@ impl RedisStore {
         let mut out = Vec::with_capacity(invs.len());
         for chunk in invs.chunks(CHUNK) {
             let mut con = self.shared.clone();
+            let sent = Instant::now();
             let replies = within(
                 phase,
                 self.limit(),
                 scripts::pipeline(&mut con, chunk, None),
             )
             .await?;
-            out.extend(
-                replies
-                    .into_iter()
-                    .map(|v| scripts::flag(v).map_err(redis_error(phase))),
-            );
+            let received = Instant::now();
+            let mut latest = None;
+            for v in replies {
+                out.push(match scripts::renewed(v) {
+                    Ok((ours, at)) => {
+                        latest = at.max(latest);
+                        Ok(ours)
+                    }
+                    Err(e) => Err(redis_error(phase)(e)),
+                });
+            }
+            if let Some(at) = latest {
+                self.learn_time(sent, received, at);
+            }
         }
         Ok(out)
     }
@@ -711,32 +723,7 @@ impl Store for RedisStore {
             .iter()
             .map(|h| scripts::renew(&self.lock_key(h.name), h.token, h.opts.ttl, h.opts.permits))
             .collect();
-        let mut out = Vec::with_capacity(invs.len());
-        for chunk in invs.chunks(CHUNK) {
-            let mut con = self.shared.clone();
-            let sent = Instant::now();
-            let replies = within(
-                Phase::Renew,
-                self.limit(),
-                scripts::pipeline(&mut con, chunk, None),
-            )
-            .await?;
-            let received = Instant::now();
-            let mut latest = None;
-            for v in replies {
-                out.push(match scripts::renewed(v) {
-                    Ok((ours, at)) => {
-                        latest = at.max(latest);
-                        Ok(ours)
-                    }
-                    Err(e) => Err(redis_error(Phase::Renew)(e)),
-                });
-            }
-            if let Some(at) = latest {
-                self.learn_time(sent, received, at);
-            }
-        }
-        Ok(out)
+        self.flags(Phase::Renew, invs).await
     }
 
     fn clock_rate(&self) -> Option<ClockRate> {

@@ -558,7 +558,7 @@ pub(crate) async fn pipeline<C: ConnectionLike>(
         .collect())
 }
 
-/// Reads a 0/1 reply (release, abandon), or a renewal's (whether it was ours).
+/// Reads a 0/1 reply (release, abandon), or a renewal's or a hand-over's (whether it was ours).
 pub(crate) fn flag(v: RedisResult<Value>) -> RedisResult<bool> {
     renewed(v).map(|(ours, _)| ours)
 }

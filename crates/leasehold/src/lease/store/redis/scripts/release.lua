@@ -2,9 +2,18 @@
 -- behind it (it held `<token>:q`). The first live waiter gets it: the lock is set to its token, its
 -- fence minted, its grant pushed to its wake list. The record keeps the token released here, for a
 -- retried release. With nobody live, the lock is released as the first part does and the record's
--- queue flag is dropped once the queue is empty.
+-- queue flag is dropped once the queue is empty. When the script read the server's clock (the caller
+-- had no estimate), it replies {1, seconds, microseconds} instead of 1, as renew.lua does, so that the
+-- caller learns it.
 local window = tonumber(ARGV[3])
 local retention_ms = tonumber(ARGV[4])
+
+local function released()
+  if exact == 1 then
+    return {1, math.floor(hi / 1000000), hi % 1000000}
+  end
+  return 1
+end
 
 -- The next holder's record, written before the old one is read (one command for both); what the old
 -- one says that this write did not (a higher fence, another flag, a given-up head) is put right after.
@@ -49,7 +58,7 @@ while true do
     break
   end
   if hand_to(head, first) then
-    return 1
+    return released()
   end
 end
 redis.call('RENAME', lock_key, released_key)
@@ -59,4 +68,4 @@ if existed then
   r.released = token
   write_record(r, nil)
 end
-return 1
+return released()

@@ -356,22 +356,25 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Sends one script per item in pipelines of at most [`CHUNK`]; per item whether it was ours (a
-    /// 0/1 reply, or a renewal's or a hand-over's that also carries the server's time, which is
-    /// learned).
+    /// Sends one script per lease (`script` prepares it) in pipelines of at most [`CHUNK`], each
+    /// prepared only when its pipeline goes out (a batch of 10,000 renewals never holds 10,000
+    /// prepared calls at once); per lease whether it was ours (a 0/1 reply, or a renewal's or a
+    /// hand-over's that also carries the server's time, which is learned).
     async fn flags(
         &self,
         phase: Phase,
-        invs: Vec<redis::ScriptInvocation<'static>>,
+        held: &[Held<'_>],
+        script: impl Fn(&Held<'_>) -> redis::ScriptInvocation<'static>,
     ) -> Result<Vec<Result<bool>>> {
-        let mut out = Vec::with_capacity(invs.len());
-        for chunk in invs.chunks(CHUNK) {
+        let mut out = Vec::with_capacity(held.len());
+        for chunk in held.chunks(CHUNK) {
+            let invs: Vec<_> = chunk.iter().map(&script).collect();
             let mut con = self.shared.clone();
             let sent = Instant::now();
             let replies = within(
                 phase,
                 self.limit(),
-                scripts::pipeline(&mut con, chunk, None),
+                scripts::pipeline(&mut con, &invs, None),
             )
             .await?;
             let received = Instant::now();
@@ -719,11 +722,10 @@ impl Store for RedisStore {
     /// renew.lua (sem_renew.lua for a permit) for each lease, pipelined; the server's time in each
     /// reply teaches the store's clock rate (one server only).
     async fn renew(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
-        let invs: Vec<_> = held
-            .iter()
-            .map(|h| scripts::renew(&self.lock_key(h.name), h.token, h.opts.ttl, h.opts.permits))
-            .collect();
-        self.flags(Phase::Renew, invs).await
+        self.flags(Phase::Renew, held, |h| {
+            scripts::renew(&self.lock_key(h.name), h.token, h.opts.ttl, h.opts.permits)
+        })
+        .await
     }
 
     fn clock_rate(&self) -> Option<ClockRate> {
@@ -731,19 +733,16 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
-        let invs = held
-            .iter()
-            .map(|h| {
-                scripts::release_at(
-                    &self.lock_key(h.name),
-                    h.token,
-                    h.opts.permits,
-                    &self.tuning,
-                    self.server_time.estimate(),
-                )
-            })
-            .collect();
-        self.flags(Phase::Release, invs).await
+        self.flags(Phase::Release, held, |h| {
+            scripts::release_at(
+                &self.lock_key(h.name),
+                h.token,
+                h.opts.permits,
+                &self.tuning,
+                self.server_time.estimate(),
+            )
+        })
+        .await
     }
 
     async fn force_release(&self, name: &str) -> Result<ForcedRelease> {

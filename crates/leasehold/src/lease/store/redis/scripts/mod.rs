@@ -559,6 +559,7 @@ pub(crate) async fn pipeline<C: ConnectionLike>(
 }
 
 /// Reads a 0/1 reply (release, abandon), or a renewal's or a hand-over's (whether it was ours).
+#[cfg(test)]
 pub(crate) fn flag(v: RedisResult<Value>) -> RedisResult<bool> {
     renewed(v).map(|(ours, _)| ours)
 }

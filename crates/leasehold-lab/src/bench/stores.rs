@@ -4,17 +4,18 @@
 //! name, 1 ms holds, each its own client) runs the store and Redis back to back; S3 (one worker process
 //! holding many leases with renewal on) reports resident memory per held lease.
 //!
-//! Stores are found at run time: a private redis-server always; PostgreSQL at `--database` when it
-//! answers and this build has the `postgres://` store; a private MariaDB server (data on tmpfs) when
-//! this build has the `mysql://` store and `mariadbd` is installed; a private etcd, a Sentinel set, a Redis Cluster
-//! and three Redlock masters when this build has their stores and the servers are installed. A store
-//! that cannot be started is skipped with a note, not failed.
+//! Stores are found at run time, from one table ([`OTHERS`]): a private redis-server always; then
+//! each store of the table whose URL scheme this build opens, reached or started as its line says
+//! (PostgreSQL at `--database`; a private server, cluster or Sentinel set for the others). A store
+//! that cannot be started is skipped with a note, not failed. Adding a store to S5 and S6 is a
+//! line in the table and the function that starts it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use futures::future::BoxFuture;
 use leasehold::{LeaseClient, LeaseOptions};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
@@ -67,61 +68,69 @@ pub(crate) async fn connect(urls: &[String], prefix: &str) -> anyhow::Result<Lea
         .with_context(|| format!("connecting to {}", leasehold::url::redact(url)))
 }
 
+/// A store S5 and S6 measure against Redis: one line of [`OTHERS`].
+struct Other {
+    /// The URL scheme that says whether this build has the store.
+    scheme: &'static str,
+    /// Where it is, for a skip note ("on PostgreSQL", "via Sentinel").
+    on: &'static str,
+    /// Reaches it, or starts a private one, given the run's `--database`.
+    open: fn(String) -> BoxFuture<'static, anyhow::Result<Target>>,
+}
+
+/// Every store measured beside Redis, in the order of the table: the one list of them.
+const OTHERS: &[Other] = &[
+    Other {
+        scheme: "postgres://",
+        on: "on PostgreSQL",
+        open: |database| Box::pin(postgres(database)),
+    },
+    Other {
+        scheme: "mysql://",
+        on: "on MariaDB",
+        open: |_| Box::pin(mariadb()),
+    },
+    Other {
+        scheme: "etcd://",
+        on: "on etcd",
+        open: |_| Box::pin(etcd()),
+    },
+    Other {
+        scheme: "redis-sentinel://",
+        on: "via Sentinel",
+        open: |_| Box::pin(sentinel()),
+    },
+    Other {
+        scheme: "redis-cluster://",
+        on: "on Redis Cluster",
+        open: |_| Box::pin(cluster()),
+    },
+];
+
 /// The stores other than Redis this run can measure, each started (or reached); notes for those it
 /// cannot.
 pub(crate) async fn others(database: &str, notes: &mut Vec<String>) -> Vec<Target> {
     let mut out = Vec::new();
-    if built_in("postgres://") {
-        match LeaseClient::connect(database).await {
-            Ok(_) => out.push(Target {
-                label: "postgres",
-                urls: vec![database.to_owned()],
-                _servers: Box::new(()),
-            }),
-            Err(e) => notes.push(format!("S5 on PostgreSQL skipped: {e}")),
-        }
-    }
-    if built_in("mysql://") {
-        match mariadb().await {
+    for other in OTHERS.iter().filter(|o| built_in(o.scheme)) {
+        match (other.open)(database.to_owned()).await {
             Ok(target) => out.push(target),
-            Err(e) => notes.push(format!("S5 on MariaDB skipped: {e:#}")),
-        }
-    }
-    if built_in("etcd://") {
-        match tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single).await
-        {
-            Ok(Ok(etcd)) => out.push(Target {
-                label: "etcd",
-                urls: vec![etcd.url()],
-                _servers: Box::new(etcd),
-            }),
-            Ok(Err(e)) => notes.push(format!("S5 on etcd skipped: cannot start etcd: {e}")),
-            Err(e) => notes.push(format!("S5 on etcd skipped: {e}")),
-        }
-    }
-    if built_in("redis-sentinel://") {
-        match tokio::task::spawn_blocking(leasehold_testkit::sentinel::SentinelSet::start).await {
-            Ok(Ok(set)) => out.push(Target {
-                label: "sentinel",
-                urls: vec![set.sentinel_url()],
-                _servers: Box::new(set),
-            }),
-            Ok(Err(e)) => notes.push(format!("S5 via Sentinel skipped: {e}")),
-            Err(e) => notes.push(format!("S5 via Sentinel skipped: {e}")),
-        }
-    }
-    if built_in("redis-cluster://") {
-        match tokio::task::spawn_blocking(leasehold_testkit::cluster::RedisCluster::start).await {
-            Ok(Ok(cluster)) => out.push(Target {
-                label: "cluster",
-                urls: vec![cluster.seed_url()],
-                _servers: Box::new(cluster),
-            }),
-            Ok(Err(e)) => notes.push(format!("S5 on Redis Cluster skipped: {e}")),
-            Err(e) => notes.push(format!("S5 on Redis Cluster skipped: {e}")),
+            Err(e) => notes.push(format!("S5 {} skipped: {e:#}", other.on)),
         }
     }
     out
+}
+
+/// The PostgreSQL at `database`, if a client can connect to it (the run does not migrate it).
+async fn postgres(database: String) -> anyhow::Result<Target> {
+    // Its error alone, as the note has always said it (not the chain of its causes).
+    if let Err(e) = LeaseClient::connect(&database).await {
+        anyhow::bail!("{e}");
+    }
+    Ok(Target {
+        label: "postgres",
+        urls: vec![database],
+        _servers: Box::new(()),
+    })
 }
 
 /// A private MariaDB server, migrated.
@@ -136,6 +145,40 @@ async fn mariadb() -> anyhow::Result<Target> {
         label: "mariadb",
         urls: vec![srv.url()],
         _servers: Box::new(srv),
+    })
+}
+
+/// A private single-node etcd.
+async fn etcd() -> anyhow::Result<Target> {
+    let etcd = tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single)
+        .await?
+        .context("cannot start etcd")?;
+    Ok(Target {
+        label: "etcd",
+        urls: vec![etcd.url()],
+        _servers: Box::new(etcd),
+    })
+}
+
+/// A private Sentinel set (a primary, a replica, three sentinels).
+async fn sentinel() -> anyhow::Result<Target> {
+    let set =
+        tokio::task::spawn_blocking(leasehold_testkit::sentinel::SentinelSet::start).await??;
+    Ok(Target {
+        label: "sentinel",
+        urls: vec![set.sentinel_url()],
+        _servers: Box::new(set),
+    })
+}
+
+/// A private Redis Cluster (three masters, a replica each).
+async fn cluster() -> anyhow::Result<Target> {
+    let cluster =
+        tokio::task::spawn_blocking(leasehold_testkit::cluster::RedisCluster::start).await??;
+    Ok(Target {
+        label: "cluster",
+        urls: vec![cluster.seed_url()],
+        _servers: Box::new(cluster),
     })
 }
 
@@ -183,7 +226,8 @@ pub(crate) async fn connect_any(urls: &[String], prefix: &str) -> anyhow::Result
 /// The figures of one store.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct StoreRow {
-    /// `redis`, `postgres`, `mariadb`, `etcd`, `sentinel`, `cluster`, `redlock`.
+    /// The target's label: `redis`, one per line of [`OTHERS`] (`postgres`, `etcd`, ...),
+    /// `redlock`.
     pub(crate) store: &'static str,
     /// S1: acquire + release cycles per second of one client on one free name.
     pub(crate) s1_cycles_per_s: f64,

@@ -9,17 +9,31 @@ use std::time::Duration;
 use anyhow::Context as _;
 use leasehold_testkit::EtcdCluster;
 
+use super::{RunWide, Started};
+
 /// Members of the etcd lease store: three, so that one can be lost.
 pub(crate) const ETCD_MEMBERS: usize = 3;
 
 /// The shortest lease etcd keeps: one and a half election timeouts rounded up to a second, 2 s
 /// with etcd's default timings (which the test cluster uses). A holder's lease lives on in etcd at
 /// least this long after its last renewal, whatever TTL it asked for.
-pub(super) const MIN_LEASE: Duration = Duration::from_secs(2);
+const MIN_LEASE: Duration = Duration::from_secs(2);
+
+/// The store's line of the harness's table of run-wide stores (`RUN_WIDE`).
+pub(crate) static STORE: RunWide = RunWide {
+    name: "etcd",
+    needs_installed: "etcd",
+    available: leasehold_testkit::etcd_available,
+    min_lease: Some(MIN_LEASE),
+    start: || Box::pin(start()),
+    strategies: ["etcd-lease", "etcd-lease-fence"],
+    lease_from: "a three-member etcd cluster",
+};
 
 /// Starts a private etcd cluster of [`ETCD_MEMBERS`].
-pub(super) async fn start() -> anyhow::Result<EtcdCluster> {
-    tokio::task::spawn_blocking(|| EtcdCluster::start(ETCD_MEMBERS))
+async fn start() -> anyhow::Result<Started> {
+    let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(ETCD_MEMBERS))
         .await?
-        .context("cannot start an etcd cluster for the lease store")
+        .context("cannot start an etcd cluster for the lease store")?;
+    Ok(Started::new(cluster.url(), cluster))
 }

@@ -6,13 +6,26 @@
 use anyhow::Context as _;
 use leasehold_testkit::MariaDbServer;
 
+use super::{RunWide, Started};
+
+/// The store's line of the harness's table of run-wide stores (`RUN_WIDE`).
+pub(crate) static STORE: RunWide = RunWide {
+    name: "MariaDB",
+    needs_installed: "mariadb-install-db and mariadbd",
+    available: leasehold_testkit::mariadb_server_available,
+    min_lease: None,
+    start: || Box::pin(start()),
+    strategies: ["mysql-lease", "mysql-lease-fence"],
+    lease_from: "the MariaDB (MySQL) lease store",
+};
+
 /// Starts a private MariaDB and makes leasehold's tables in it.
-pub(super) async fn start() -> anyhow::Result<MariaDbServer> {
+async fn start() -> anyhow::Result<Started> {
     let server = tokio::task::spawn_blocking(MariaDbServer::start)
         .await?
         .context("cannot start a private MariaDB for the lease store")?;
     let db = leasehold::db::Database::connect(&server.url()).await?;
     db.migrate().await?;
     db.close().await;
-    Ok(server)
+    Ok(Started::new(server.url(), server))
 }

@@ -6,13 +6,26 @@
 use anyhow::Context as _;
 use leasehold_testkit::PostgresServer;
 
+use super::{RunWide, Started};
+
+/// The store's line of the harness's table of run-wide stores (`RUN_WIDE`).
+pub(crate) static STORE: RunWide = RunWide {
+    name: "PostgreSQL",
+    needs_installed: "initdb and postgres",
+    available: leasehold_testkit::postgres_server_available,
+    min_lease: None,
+    start: || Box::pin(start()),
+    strategies: ["pg-lease", "pg-lease-fence"],
+    lease_from: "the PostgreSQL lease store",
+};
+
 /// Starts a private PostgreSQL and makes leasehold's tables in it.
-pub(super) async fn start() -> anyhow::Result<PostgresServer> {
+async fn start() -> anyhow::Result<Started> {
     let server = tokio::task::spawn_blocking(PostgresServer::start)
         .await?
         .context("cannot start a private PostgreSQL for the lease store")?;
     let db = leasehold::db::Database::connect(&server.url()).await?;
     db.migrate().await?;
     db.close().await;
-    Ok(server)
+    Ok(Started::new(server.url(), server))
 }

@@ -4,11 +4,11 @@
 //! name, 1 ms holds, each its own client) runs the store and Redis back to back; S3 (one worker process
 //! holding many leases with renewal on) reports resident memory per held lease.
 //!
-//! Stores are found at run time, from one table ([`OTHERS`]): a private redis-server always; then
-//! each store of the table whose URL scheme this build opens, reached or started as its line says
-//! (PostgreSQL at `--database`; a private server, cluster or Sentinel set for the others). A store
-//! that cannot be started is skipped with a note, not failed. Adding a store to S5 and S6 is a
-//! line in the table and the function that starts it.
+//! Stores are found at run time: a private redis-server always; then each lease store of the
+//! verifier's table (`verify::store::RUN_WIDE`) whose URL scheme this build opens, reached or started
+//! as its file says (PostgreSQL at `--database`, private servers for the others), then the Redis
+//! deployments of [`TOPOLOGIES`] (a Sentinel set, a Cluster). A store that cannot be started is
+//! skipped with a note, not failed. A new lease store is measured once it is in `RUN_WIDE`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,6 +21,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 use super::measure::{round3, Latencies};
 use super::s3::{HeldLine, StopLine};
+use crate::verify::store::RUN_WIDE;
 
 /// One store under measurement: how to reach it, and what keeps its servers alive.
 pub(crate) struct Target {
@@ -68,96 +69,55 @@ pub(crate) async fn connect(urls: &[String], prefix: &str) -> anyhow::Result<Lea
         .with_context(|| format!("connecting to {}", leasehold::url::redact(url)))
 }
 
-/// A store S5 and S6 measure against Redis: one line of [`OTHERS`].
-struct Other {
-    /// The URL scheme that says whether this build has the store.
+/// A Redis deployment S5 and S6 measure against one Redis server: one line of [`TOPOLOGIES`].
+struct Topology {
+    /// The URL scheme that says whether this build has it.
     scheme: &'static str,
-    /// Where it is, for a skip note ("on PostgreSQL", "via Sentinel").
+    /// Where it is, for a skip note ("via Sentinel").
     on: &'static str,
-    /// Reaches it, or starts a private one, given the run's `--database`.
-    open: fn(String) -> BoxFuture<'static, anyhow::Result<Target>>,
+    /// Starts a private one.
+    start: fn() -> BoxFuture<'static, anyhow::Result<Target>>,
 }
 
-/// Every store measured beside Redis, in the order of the table: the one list of them.
-const OTHERS: &[Other] = &[
-    Other {
-        scheme: "postgres://",
-        on: "on PostgreSQL",
-        open: |database| Box::pin(postgres(database)),
-    },
-    Other {
-        scheme: "mysql://",
-        on: "on MariaDB",
-        open: |_| Box::pin(mariadb()),
-    },
-    Other {
-        scheme: "etcd://",
-        on: "on etcd",
-        open: |_| Box::pin(etcd()),
-    },
-    Other {
+/// The Redis deployments measured beside the lease stores, after them.
+const TOPOLOGIES: &[Topology] = &[
+    Topology {
         scheme: "redis-sentinel://",
         on: "via Sentinel",
-        open: |_| Box::pin(sentinel()),
+        start: || Box::pin(sentinel()),
     },
-    Other {
+    Topology {
         scheme: "redis-cluster://",
         on: "on Redis Cluster",
-        open: |_| Box::pin(cluster()),
+        start: || Box::pin(cluster()),
     },
 ];
 
 /// The stores other than Redis this run can measure, each started (or reached); notes for those it
-/// cannot.
+/// cannot. The lease stores come from the verifier's table of them (`verify::store::RUN_WIDE`,
+/// each store's file saying how the benchmarks reach it), then the Redis deployments.
 pub(crate) async fn others(database: &str, notes: &mut Vec<String>) -> Vec<Target> {
     let mut out = Vec::new();
-    for other in OTHERS.iter().filter(|o| built_in(o.scheme)) {
-        match (other.open)(database.to_owned()).await {
+    for store in RUN_WIDE.iter().filter(|s| built_in(s.scheme)) {
+        match (store.measured)(database.to_owned()).await {
+            Ok(started) => {
+                let (url, servers) = started.into_parts();
+                out.push(Target {
+                    label: store.label,
+                    urls: vec![url],
+                    _servers: servers,
+                });
+            }
+            Err(e) => notes.push(format!("S5 on {} skipped: {e:#}", store.name)),
+        }
+    }
+    for topology in TOPOLOGIES.iter().filter(|t| built_in(t.scheme)) {
+        match (topology.start)().await {
             Ok(target) => out.push(target),
-            Err(e) => notes.push(format!("S5 {} skipped: {e:#}", other.on)),
+            Err(e) => notes.push(format!("S5 {} skipped: {e:#}", topology.on)),
         }
     }
     out
-}
-
-/// The PostgreSQL at `database`, if a client can connect to it (the run does not migrate it).
-async fn postgres(database: String) -> anyhow::Result<Target> {
-    // Its error alone, as the note has always said it (not the chain of its causes).
-    if let Err(e) = LeaseClient::connect(&database).await {
-        anyhow::bail!("{e}");
-    }
-    Ok(Target {
-        label: "postgres",
-        urls: vec![database],
-        _servers: Box::new(()),
-    })
-}
-
-/// A private MariaDB server, migrated.
-async fn mariadb() -> anyhow::Result<Target> {
-    let srv = tokio::task::spawn_blocking(leasehold_testkit::MariaDbServer::start)
-        .await?
-        .context("starting a private MariaDB server")?;
-    let db = leasehold::db::Database::connect(&srv.url()).await?;
-    db.migrate().await?;
-    db.close().await;
-    Ok(Target {
-        label: "mariadb",
-        urls: vec![srv.url()],
-        _servers: Box::new(srv),
-    })
-}
-
-/// A private single-node etcd.
-async fn etcd() -> anyhow::Result<Target> {
-    let etcd = tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single)
-        .await?
-        .context("cannot start etcd")?;
-    Ok(Target {
-        label: "etcd",
-        urls: vec![etcd.url()],
-        _servers: Box::new(etcd),
-    })
 }
 
 /// A private Sentinel set (a primary, a replica, three sentinels).
@@ -226,8 +186,8 @@ pub(crate) async fn connect_any(urls: &[String], prefix: &str) -> anyhow::Result
 /// The figures of one store.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct StoreRow {
-    /// The target's label: `redis`, one per line of [`OTHERS`] (`postgres`, `etcd`, ...),
-    /// `redlock`.
+    /// The target's label: `redis`, one per lease store (`postgres`, `etcd`, ...), `sentinel`,
+    /// `cluster`, `redlock`.
     pub(crate) store: &'static str,
     /// S1: acquire + release cycles per second of one client on one free name.
     pub(crate) s1_cycles_per_s: f64,

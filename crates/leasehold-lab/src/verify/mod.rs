@@ -39,7 +39,7 @@ mod harness;
 mod report;
 mod resource;
 mod rig;
-mod store;
+pub(crate) mod store;
 mod strategy;
 mod timing;
 mod worker;

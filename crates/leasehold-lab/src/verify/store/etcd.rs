@@ -1,5 +1,5 @@
-//! The etcd lease store as the harness runs it: a private three-member cluster with etcd's default
-//! timings, started once per run.
+//! The etcd lease store as the lab runs it: for the verifier a private three-member cluster with
+//! etcd's default timings, started once per run; for the benchmarks a single member.
 //!
 //! Limit: etcd keeps a lease at least [`MIN_LEASE`] whatever TTL is asked, so the harness's fault
 //! windows on it are longer than on the other stores (`Timing::for_strategy`).
@@ -28,6 +28,9 @@ pub(crate) static STORE: RunWide = RunWide {
     start: || Box::pin(start()),
     strategies: ["etcd-lease", "etcd-lease-fence"],
     lease_from: "a three-member etcd cluster",
+    scheme: "etcd://",
+    label: "etcd",
+    measured: |_| Box::pin(measured()),
 };
 
 /// Starts a private etcd cluster of [`ETCD_MEMBERS`].
@@ -36,4 +39,12 @@ async fn start() -> anyhow::Result<Started> {
         .await?
         .context("cannot start an etcd cluster for the lease store")?;
     Ok(Started::new(cluster.url(), cluster))
+}
+
+/// A private single-node etcd for the benchmarks.
+async fn measured() -> anyhow::Result<Started> {
+    let etcd = tokio::task::spawn_blocking(EtcdCluster::start_single)
+        .await?
+        .context("cannot start etcd")?;
+    Ok(Started::new(etcd.url(), etcd))
 }

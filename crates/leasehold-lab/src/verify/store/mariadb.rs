@@ -1,5 +1,6 @@
-//! The MariaDB lease store as the harness runs it: a private server (`mariadb-install-db` in
-//! `/dev/shm`) with leasehold's tables, started once per run.
+//! The MariaDB lease store as the lab runs it: a private server (`mariadb-install-db` in
+//! `/dev/shm`) with leasehold's tables, started once per run, for the verifier and the benchmarks
+//! alike.
 //!
 //! Limit: one server, no replica; its fault (`mysql-restart`) restarts it on the same data.
 
@@ -17,6 +18,9 @@ pub(crate) static STORE: RunWide = RunWide {
     start: || Box::pin(start()),
     strategies: ["mysql-lease", "mysql-lease-fence"],
     lease_from: "the MariaDB (MySQL) lease store",
+    scheme: "mysql://",
+    label: "mariadb",
+    measured: |_| Box::pin(start()),
 };
 
 /// Starts a private MariaDB and makes leasehold's tables in it.

@@ -8,9 +8,10 @@
 //! reached directly, not through a proxy, so no network fault reaches them.
 //!
 //! Adding a run-wide store: a file beside this one declaring its [`RunWide`] (its name, what must be
-//! installed and whether it is, its shortest lease, how it starts, its two strategies' names), and
-//! its line in [`RUN_WIDE`] below. Its strategies follow from that line (`strategy.rs`); its own
-//! fault, if it has one, is a file in `faults/` naming the store it acts on.
+//! installed and whether it is, its shortest lease, how it starts, its two strategies' names, how
+//! the benchmarks reach it), and its line in [`RUN_WIDE`] below. Its strategies follow from that
+//! line (`strategy.rs`), and so do its rows in the benchmarks' S5 and S6 (`bench/stores.rs`); its
+//! own fault, if it has one, is a file in `faults/` naming the store it acts on.
 
 pub(crate) mod etcd;
 pub(crate) mod mariadb;
@@ -25,8 +26,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-/// Every run-wide lease store, in the order of their strategies in the plan and the reports: the
-/// one list of them.
+/// Every run-wide lease store, in the order of their strategies in the plan and the reports (and of
+/// their rows in the benchmarks): the one list of them.
 pub(crate) const RUN_WIDE: &[&RunWide] = &[&postgres::STORE, &mariadb::STORE, &etcd::STORE];
 
 /// The run-wide stores' names as a list for a message: "PostgreSQL, MariaDB or etcd" with `or`.
@@ -54,6 +55,13 @@ pub(crate) struct RunWide {
     pub(crate) min_lease: Option<Duration>,
     /// Starts a private one for the run, ready for leases (its tables made).
     pub(crate) start: fn() -> BoxFuture<'static, anyhow::Result<Started>>,
+    /// The URL scheme that says whether this build of the library has the store.
+    pub(crate) scheme: &'static str,
+    /// Its row's label in the benchmarks' tables and JSON (S5, S6).
+    pub(crate) label: &'static str,
+    /// Reaches one for the benchmarks, or starts a private one, given the run's `--database`
+    /// (`bench/stores.rs`).
+    pub(crate) measured: fn(String) -> BoxFuture<'static, anyhow::Result<Started>>,
     /// Its two strategies' names on the command line and in the reports: the lease, then the
     /// lease whose fence the resource checks.
     pub(crate) strategies: [&'static str; 2],
@@ -157,6 +165,11 @@ impl Started {
             url,
             server: Box::new(server),
         }
+    }
+
+    /// The URL and what keeps the server(s) running.
+    pub(crate) fn into_parts(self) -> (String, Box<dyn Any + Send>) {
+        (self.url, self.server)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The PostgreSQL lease store as the harness runs it: a private server (`initdb` in `/dev/shm`)
-//! with leasehold's tables, started once per run.
+//! The PostgreSQL lease store as the lab runs it: for the verifier a private server (`initdb` in
+//! `/dev/shm`) with leasehold's tables, started once per run; for the benchmarks the PostgreSQL at
+//! their `--database`.
 //!
 //! Limit: one server, no replica; its fault (`pg-restart`) restarts it on the same data.
 
@@ -17,6 +18,9 @@ pub(crate) static STORE: RunWide = RunWide {
     start: || Box::pin(start()),
     strategies: ["pg-lease", "pg-lease-fence"],
     lease_from: "the PostgreSQL lease store",
+    scheme: "postgres://",
+    label: "postgres",
+    measured: |database| Box::pin(measured(database)),
 };
 
 /// Starts a private PostgreSQL and makes leasehold's tables in it.
@@ -28,4 +32,14 @@ async fn start() -> anyhow::Result<Started> {
     db.migrate().await?;
     db.close().await;
     Ok(Started::new(server.url(), server))
+}
+
+/// The PostgreSQL at the benchmarks' `--database`, if a client can connect to it (the benchmarks do
+/// not migrate it).
+async fn measured(database: String) -> anyhow::Result<Started> {
+    // Its error alone, as the benchmarks' note has always said it (not the chain of its causes).
+    if let Err(e) = leasehold::LeaseClient::connect(&database).await {
+        anyhow::bail!("{e}");
+    }
+    Ok(Started::new(database, ()))
 }

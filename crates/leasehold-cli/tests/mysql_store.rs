@@ -218,9 +218,14 @@ fn migrate_then_run_holds_the_lease_in_mariadb_itself() {
     assert_eq!(v["held"], false);
     assert_eq!(v["fence"], fence);
 
-    // Held by a long command (through `mariadb://`): MariaDB's row says held, with a newer fence;
-    // a second run is busy (75); a forced release frees the row, advances the fence and stops the
-    // command (76).
+    held_by_a_long_command(&db, fence);
+}
+
+/// A long command holds the lease (through `mariadb://`): MariaDB's own row says held, with a fence
+/// above `fence`; a second run is busy (75); a forced release frees the row, advances the fence and
+/// stops the command (76).
+fn held_by_a_long_command(db: &MyDatabase, fence: i64) {
+    let url = db.url("mysql");
     let mut holder = leasehold()
         .env("LEASEHOLD_STORE", db.url("mariadb"))
         .args(["run", "--ttl", "3s", "nightly-report", "--", "sleep", "30"])

@@ -70,7 +70,7 @@ pub(crate) struct RunWide {
     pub(crate) lease_from: &'static str,
 }
 
-/// Where a strategy's lock lives: Redis, or one of the run-wide stores ([`RUN_WIDE`]).
+/// Where a strategy's lock lives: Redis, or one of the run-wide stores (`store::RUN_WIDE`).
 #[derive(Clone, Copy)]
 pub struct Store(Kind);
 

@@ -3,8 +3,10 @@
 //! server) have their own test files.
 //!
 //! The tests themselves are `leasehold::lease::store::contract_suite` (feature `contract-suite`),
-//! which a store written outside the crate runs too. To add a store: give [`Env`] a constructor for
-//! it and add one line to the `stores!` call at the bottom. Redis runs three times: one server, a primary found through Sentinel, and a Cluster.
+//! which a store written outside the crate runs too. To add a store: one line in the `stores!` call
+//! at the bottom (its name, its feature, what starts it), and, for a new kind of server, its
+//! [`Urls`] (what it hands a client). Redis runs four times: one server, a primary found through
+//! Sentinel, a Cluster, and Redlock's three masters.
 // A build with no store has no contract to run.
 #![cfg_attr(
     not(any(feature = "redis", feature = "etcd")),
@@ -40,6 +42,75 @@ fn unique_prefix(store: &str) -> String {
     )
 }
 
+impl Env {
+    /// The store `started` gives, for a test of `store` (its name in `stores!`).
+    async fn open<S: Urls>(store: &str, started: impl std::future::Future<Output = S>) -> Env {
+        let servers = started.await;
+        Env {
+            urls: servers.urls(),
+            prefix: unique_prefix(store),
+            _servers: Box::new(servers),
+        }
+    }
+}
+
+/// What a test's store hands a client: its URL, or a Redlock's masters' URLs. Each kind of server
+/// (or of database made for one test) says it once here.
+trait Urls: Send + Sync + 'static {
+    fn urls(&self) -> Vec<String>;
+}
+
+impl<T: Urls> Urls for Arc<T> {
+    fn urls(&self) -> Vec<String> {
+        T::urls(self)
+    }
+}
+
+impl Urls for leasehold_testkit::RedisServer {
+    fn urls(&self) -> Vec<String> {
+        vec![self.url()]
+    }
+}
+
+/// A Redlock's masters.
+impl Urls for Vec<leasehold_testkit::RedisServer> {
+    fn urls(&self) -> Vec<String> {
+        self.iter().map(|s| s.url()).collect()
+    }
+}
+
+impl Urls for leasehold_testkit::SentinelSet {
+    fn urls(&self) -> Vec<String> {
+        vec![self.sentinel_url()]
+    }
+}
+
+impl Urls for leasehold_testkit::RedisCluster {
+    fn urls(&self) -> Vec<String> {
+        vec![self.seed_url()]
+    }
+}
+
+impl Urls for leasehold_testkit::EtcdCluster {
+    fn urls(&self) -> Vec<String> {
+        vec![self.url()]
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Urls for lease_support::pg::PgSchema {
+    fn urls(&self) -> Vec<String> {
+        vec![self.url()]
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl Urls for lease_support::my::MyDatabase {
+    fn urls(&self) -> Vec<String> {
+        vec![self.url()]
+    }
+}
+
 /// One topology shared by the tests that run at the same time (each test has its own key prefix,
 /// and none of these tests injects faults), started again once the last of them is done, so that no
 /// process outlives the test binary.
@@ -64,93 +135,6 @@ static SENTINELS: std::sync::Mutex<std::sync::Weak<leasehold_testkit::SentinelSe
 static CLUSTERS: std::sync::Mutex<std::sync::Weak<leasehold_testkit::RedisCluster>> =
     std::sync::Mutex::new(std::sync::Weak::new());
 
-impl Env {
-    /// A primary, a replica and three sentinels; the client finds the primary through them.
-    #[cfg(feature = "redis")]
-    async fn sentinel() -> Env {
-        let set = shared(&SENTINELS, || {
-            leasehold_testkit::SentinelSet::start().expect("start a sentinel set")
-        });
-        Env {
-            urls: vec![set.sentinel_url()],
-            prefix: unique_prefix("sentinel"),
-            _servers: Box::new(set),
-        }
-    }
-
-    /// A Redis Cluster of three masters and three replicas.
-    #[cfg(feature = "redis")]
-    async fn cluster() -> Env {
-        let cluster = shared(&CLUSTERS, || {
-            leasehold_testkit::RedisCluster::start().expect("start a redis cluster")
-        });
-        Env {
-            urls: vec![cluster.seed_url()],
-            prefix: unique_prefix("cluster"),
-            _servers: Box::new(cluster),
-        }
-    }
-
-    /// A private redis-server.
-    #[cfg(feature = "redis")]
-    async fn redis() -> Env {
-        let srv = lease_support::server();
-        Env {
-            urls: vec![srv.url()],
-            prefix: unique_prefix("redis"),
-            _servers: Box::new(srv),
-        }
-    }
-
-    /// Three private redis-servers as the masters of a Redlock.
-    #[cfg(feature = "redis")]
-    async fn redlock() -> Env {
-        let servers: Vec<_> = (0..3).map(|_| lease_support::server()).collect();
-        Env {
-            urls: servers.iter().map(|s| s.url()).collect(),
-            prefix: unique_prefix("redlock"),
-            _servers: Box::new(servers),
-        }
-    }
-
-    /// A private single-node etcd.
-    #[cfg(feature = "etcd")]
-    async fn etcd() -> Env {
-        let cluster =
-            tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single)
-                .await
-                .unwrap()
-                .expect("start a private etcd (is etcd-server installed?)");
-        Env {
-            urls: vec![cluster.url()],
-            prefix: unique_prefix("etcd"),
-            _servers: Box::new(cluster),
-        }
-    }
-
-    /// A schema of its own on the test PostgreSQL database, migrated.
-    #[cfg(feature = "postgres")]
-    async fn postgres() -> Env {
-        let schema = lease_support::pg::PgSchema::create().await;
-        Env {
-            urls: vec![schema.url()],
-            prefix: unique_prefix("postgres"),
-            _servers: Box::new(schema),
-        }
-    }
-
-    /// A database of its own on the test MariaDB server, migrated.
-    #[cfg(feature = "mysql")]
-    async fn mysql() -> Env {
-        let db = lease_support::my::MyDatabase::create().await;
-        Env {
-            urls: vec![db.url()],
-            prefix: unique_prefix("mysql"),
-            _servers: Box::new(db),
-        }
-    }
-}
-
 #[leasehold::lease::store::async_trait]
 impl Harness for Env {
     async fn client(&self) -> LeaseClient {
@@ -169,23 +153,38 @@ impl Harness for Env {
 }
 
 /// One module per store, each running the whole contract suite (`contract_suite!`, the same
-/// list of tests a store outside the crate runs) against that store's `Env`.
+/// list of tests a store outside the crate runs) against the store its line starts.
 macro_rules! stores {
-    ($($store:ident $(if $feature:literal)?),* $(,)?) => {$(
+    ($($store:ident $(if $feature:literal)? => $start:expr),* $(,)?) => {$(
         $(#[cfg(feature = $feature)])?
         mod $store {
             use super::*;
-            leasehold::contract_suite!(Env::$store());
+            leasehold::contract_suite!(Env::open(stringify!($store), async { $start }));
         }
     )*};
 }
 
+// The list of stores: one line each, the store's name, the feature it needs and what starts it.
 stores!(
-    redis if "redis",
-    sentinel if "redis",
-    cluster if "redis",
-    redlock if "redis",
-    postgres if "postgres",
-    mysql if "mysql",
-    etcd if "etcd",
+    // A private redis-server.
+    redis if "redis" => lease_support::server(),
+    // A primary, a replica and three sentinels; the client finds the primary through them.
+    sentinel if "redis" => shared(&SENTINELS, || {
+        leasehold_testkit::SentinelSet::start().expect("start a sentinel set")
+    }),
+    // A Redis Cluster of three masters and three replicas.
+    cluster if "redis" => shared(&CLUSTERS, || {
+        leasehold_testkit::RedisCluster::start().expect("start a redis cluster")
+    }),
+    // Three private redis-servers as the masters of a Redlock.
+    redlock if "redis" => (0..3).map(|_| lease_support::server()).collect::<Vec<_>>(),
+    // A schema of its own on the test PostgreSQL database, migrated.
+    postgres if "postgres" => lease_support::pg::PgSchema::create().await,
+    // A database of its own on the test MariaDB server, migrated.
+    mysql if "mysql" => lease_support::my::MyDatabase::create().await,
+    // A private single-node etcd.
+    etcd if "etcd" => tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single)
+        .await
+        .unwrap()
+        .expect("start a private etcd (is etcd-server installed?)"),
 );

@@ -22,7 +22,7 @@ use super::stores::{connect_any, Target};
 /// One store's figures.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct S6Row {
-    /// `redis`, `postgres`, `mariadb`, `etcd`, `sentinel`, `cluster`, `redlock`.
+    /// The target's label, as S5's rows (`redis`, `postgres`, `etcd`, ..., `redlock`).
     pub(crate) store: &'static str,
     /// Rounds of each kind.
     pub(crate) rounds: u64,

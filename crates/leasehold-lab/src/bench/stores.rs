@@ -4,22 +4,24 @@
 //! name, 1 ms holds, each its own client) runs the store and Redis back to back; S3 (one worker process
 //! holding many leases with renewal on) reports resident memory per held lease.
 //!
-//! Stores are found at run time: a private redis-server always; PostgreSQL at `--database` when it
-//! answers and this build has the `postgres://` store; a private MariaDB server (data on tmpfs) when
-//! this build has the `mysql://` store and `mariadbd` is installed; a private etcd, a Sentinel set, a Redis Cluster
-//! and three Redlock masters when this build has their stores and the servers are installed. A store
-//! that cannot be started is skipped with a note, not failed.
+//! Stores are found at run time: a private redis-server always; then each lease store of the
+//! verifier's table (`verify::store::RUN_WIDE`) whose URL scheme this build opens, reached or started
+//! as its file says (PostgreSQL at `--database`, private servers for the others), then the Redis
+//! deployments of [`TOPOLOGIES`] (a Sentinel set, a Cluster). A store that cannot be started is
+//! skipped with a note, not failed. A new lease store is measured once it is in `RUN_WIDE`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use futures::future::BoxFuture;
 use leasehold::{LeaseClient, LeaseOptions};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 use super::measure::{round3, Latencies};
 use super::s3::{HeldLine, StopLine};
+use crate::verify::store::RUN_WIDE;
 
 /// One store under measurement: how to reach it, and what keeps its servers alive.
 pub(crate) struct Target {
@@ -67,75 +69,76 @@ pub(crate) async fn connect(urls: &[String], prefix: &str) -> anyhow::Result<Lea
         .with_context(|| format!("connecting to {}", leasehold::url::redact(url)))
 }
 
+/// A Redis deployment S5 and S6 measure against one Redis server: one line of [`TOPOLOGIES`].
+struct Topology {
+    /// The URL scheme that says whether this build has it.
+    scheme: &'static str,
+    /// Where it is, for a skip note ("via Sentinel").
+    on: &'static str,
+    /// Starts a private one.
+    start: fn() -> BoxFuture<'static, anyhow::Result<Target>>,
+}
+
+/// The Redis deployments measured beside the lease stores, after them.
+const TOPOLOGIES: &[Topology] = &[
+    Topology {
+        scheme: "redis-sentinel://",
+        on: "via Sentinel",
+        start: || Box::pin(sentinel()),
+    },
+    Topology {
+        scheme: "redis-cluster://",
+        on: "on Redis Cluster",
+        start: || Box::pin(cluster()),
+    },
+];
+
 /// The stores other than Redis this run can measure, each started (or reached); notes for those it
-/// cannot.
+/// cannot. The lease stores come from the verifier's table of them (`verify::store::RUN_WIDE`,
+/// each store's file saying how the benchmarks reach it), then the Redis deployments.
 pub(crate) async fn others(database: &str, notes: &mut Vec<String>) -> Vec<Target> {
     let mut out = Vec::new();
-    if built_in("postgres://") {
-        match LeaseClient::connect(database).await {
-            Ok(_) => out.push(Target {
-                label: "postgres",
-                urls: vec![database.to_owned()],
-                _servers: Box::new(()),
-            }),
-            Err(e) => notes.push(format!("S5 on PostgreSQL skipped: {e}")),
+    for store in RUN_WIDE.iter().filter(|s| built_in(s.scheme)) {
+        match (store.measured)(database.to_owned()).await {
+            Ok(started) => {
+                let (url, servers) = started.into_parts();
+                out.push(Target {
+                    label: store.label,
+                    urls: vec![url],
+                    _servers: servers,
+                });
+            }
+            Err(e) => notes.push(format!("S5 on {} skipped: {e:#}", store.name)),
         }
     }
-    if built_in("mysql://") {
-        match mariadb().await {
+    for topology in TOPOLOGIES.iter().filter(|t| built_in(t.scheme)) {
+        match (topology.start)().await {
             Ok(target) => out.push(target),
-            Err(e) => notes.push(format!("S5 on MariaDB skipped: {e:#}")),
-        }
-    }
-    if built_in("etcd://") {
-        match tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single).await
-        {
-            Ok(Ok(etcd)) => out.push(Target {
-                label: "etcd",
-                urls: vec![etcd.url()],
-                _servers: Box::new(etcd),
-            }),
-            Ok(Err(e)) => notes.push(format!("S5 on etcd skipped: cannot start etcd: {e}")),
-            Err(e) => notes.push(format!("S5 on etcd skipped: {e}")),
-        }
-    }
-    if built_in("redis-sentinel://") {
-        match tokio::task::spawn_blocking(leasehold_testkit::sentinel::SentinelSet::start).await {
-            Ok(Ok(set)) => out.push(Target {
-                label: "sentinel",
-                urls: vec![set.sentinel_url()],
-                _servers: Box::new(set),
-            }),
-            Ok(Err(e)) => notes.push(format!("S5 via Sentinel skipped: {e}")),
-            Err(e) => notes.push(format!("S5 via Sentinel skipped: {e}")),
-        }
-    }
-    if built_in("redis-cluster://") {
-        match tokio::task::spawn_blocking(leasehold_testkit::cluster::RedisCluster::start).await {
-            Ok(Ok(cluster)) => out.push(Target {
-                label: "cluster",
-                urls: vec![cluster.seed_url()],
-                _servers: Box::new(cluster),
-            }),
-            Ok(Err(e)) => notes.push(format!("S5 on Redis Cluster skipped: {e}")),
-            Err(e) => notes.push(format!("S5 on Redis Cluster skipped: {e}")),
+            Err(e) => notes.push(format!("S5 {} skipped: {e:#}", topology.on)),
         }
     }
     out
 }
 
-/// A private MariaDB server, migrated.
-async fn mariadb() -> anyhow::Result<Target> {
-    let srv = tokio::task::spawn_blocking(leasehold_testkit::MariaDbServer::start)
-        .await?
-        .context("starting a private MariaDB server")?;
-    let db = leasehold::db::Database::connect(&srv.url()).await?;
-    db.migrate().await?;
-    db.close().await;
+/// A private Sentinel set (a primary, a replica, three sentinels).
+async fn sentinel() -> anyhow::Result<Target> {
+    let set =
+        tokio::task::spawn_blocking(leasehold_testkit::sentinel::SentinelSet::start).await??;
     Ok(Target {
-        label: "mariadb",
-        urls: vec![srv.url()],
-        _servers: Box::new(srv),
+        label: "sentinel",
+        urls: vec![set.sentinel_url()],
+        _servers: Box::new(set),
+    })
+}
+
+/// A private Redis Cluster (three masters, a replica each).
+async fn cluster() -> anyhow::Result<Target> {
+    let cluster =
+        tokio::task::spawn_blocking(leasehold_testkit::cluster::RedisCluster::start).await??;
+    Ok(Target {
+        label: "cluster",
+        urls: vec![cluster.seed_url()],
+        _servers: Box::new(cluster),
     })
 }
 
@@ -183,7 +186,8 @@ pub(crate) async fn connect_any(urls: &[String], prefix: &str) -> anyhow::Result
 /// The figures of one store.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct StoreRow {
-    /// `redis`, `postgres`, `mariadb`, `etcd`, `sentinel`, `cluster`, `redlock`.
+    /// The target's label: `redis`, one per lease store (`postgres`, `etcd`, ...), `sentinel`,
+    /// `cluster`, `redlock`.
     pub(crate) store: &'static str,
     /// S1: acquire + release cycles per second of one client on one free name.
     pub(crate) s1_cycles_per_s: f64,

@@ -152,7 +152,7 @@ pub(crate) struct Cell<'a> {
     pub(crate) log: Arc<Log>,
     pub(crate) workers: Vec<WorkerProc>,
     pub(crate) redis: Option<Servers>,
-    /// The URL of the lease store when it is not Redis (PostgreSQL, MariaDB, etcd).
+    /// The URL of the lease store when it is not Redis (a run-wide store's).
     pub(crate) lease_store: Option<String>,
     /// The run's timings as they apply to this cell's strategy ([`Timing::for_strategy`]).
     pub(crate) timing: Timing,

@@ -2,11 +2,12 @@
 //! the history the resource recorded.
 //!
 //! Promise: every cell (workload × fault × strategy) runs real worker processes against a real
-//! lease store (one Redis server, Redlock's three masters, a Sentinel set, a Cluster, a PostgreSQL
-//! or MariaDB server or a three-member etcd cluster) and a real SQL database, injects the fault for real
+//! lease store (Redis in the deployment the fault needs: one server, Redlock's three masters, a
+//! Sentinel set, a Cluster; or a store the harness runs for the whole run, such as a PostgreSQL
+//! server or a three-member etcd cluster) and a real SQL database, injects the fault for real
 //! (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays, cuts or swallows the
 //! traffic, a jump of a Redis server's wall clock, a Redlock master killed or restarted, a Sentinel
-//! or Cluster failover that loses the lock's write, the PostgreSQL or MariaDB store restarted, an etcd member
+//! or Cluster failover that loses the lock's write, a lease store restarted or one of its members
 //! killed), several times per cell, and counts invariant violations from what the database
 //! accepted, and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations
 //! shows the bug did not happen in this run, not that it cannot; only the strategies documented as
@@ -21,14 +22,15 @@
 //! `checker.rs` turns a history into violations; `resource/` the SQL resource, its history and the
 //! fenced and guarded writers; `timing.rs` a cell's timeline; `strategy.rs` the strategies, each a
 //! (lock kind, store, fenced) named in one table; `store/` the stores a lock lives on, one file
-//! each (Redis per cell, PostgreSQL, MariaDB and etcd for the whole run).
+//! each (Redis per cell, the others for the whole run: `store::RUN_WIDE`).
 //!
-//! Adding a fault: a [`Fault`] variant below, its line in `Fault::needs` and a file in `faults/`
-//! with its lines in the dispatch there (`faults/mod.rs`). Adding a strategy: a line in
-//! `strategy::TABLE`; a new lock kind also needs its [`Lock`] variant and its arm in the worker's
-//! `Locker` (`worker.rs`). Adding a store: a [`Store`] variant and a file in `store/`
-//! (`store/mod.rs` says which lines), then its strategies' lines in the table. docs/verification.md
-//! has the whole recipe.
+//! Adding a fault of the workers or of Redis: a [`Fault`] variant below with its name and help, its
+//! line in [`FAULTS`], its line in `Fault::needs` and a file in `faults/` with its lines in the
+//! dispatch there (`faults/mod.rs`). Adding a strategy: a line in `strategy::TABLE`; a new lock kind
+//! also needs its [`Lock`] variant and its arm in the worker's `Locker` (`worker.rs`). Adding a
+//! lease store: a file in `store/` and its line in `store::RUN_WIDE`, which gives it its two
+//! strategies; its own fault is a file in `faults/` ([`StoreFault`]) and its line in [`FAULTS`].
+//! docs/verification.md has the whole recipe.
 
 mod cell;
 mod checker;
@@ -37,14 +39,17 @@ mod harness;
 mod report;
 mod resource;
 mod rig;
-mod store;
+pub(crate) mod store;
 mod strategy;
 mod timing;
 mod worker;
 
 use std::path::PathBuf;
 
+use store::run_wide_names;
+
 pub use cell::{CellResult, CellStatus};
+pub use faults::{StoreFault, FAULTS};
 pub use store::Store;
 pub use strategy::{Lock, Strategy};
 
@@ -64,57 +69,91 @@ pub enum Workload {
     Messages,
 }
 
-/// What goes wrong while the workers run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// What goes wrong while the workers run: a fault of the workers or of Redis (the variants below),
+/// or a fault of one run-wide lease store, declared in its own file ([`StoreFault`]). Each fault's
+/// name and `--help` text are [`Fault::name`] and [`Fault::help`]; the faults a run offers, in
+/// order, are [`FAULTS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fault {
-    /// No fault: the baseline.
+    /// `none`.
     None,
-    /// A holder is stopped (SIGSTOP) inside its critical section for longer than its lease, then resumed.
+    /// `pause`.
     Pause,
-    /// A holder is killed (SIGKILL) inside its critical section; a new worker takes its place.
+    /// `kill`.
     Kill,
-    /// Redis is restarted without persistence while a holder is inside its critical section.
+    /// `redis-restart`.
     RedisRestart,
-    /// The Redis primary is killed after granting a lock it had not replicated; the replica is promoted.
+    /// `failover`.
     Failover,
-    /// The network between one holder and Redis gets slower than the lease.
+    /// `net-delay`.
     NetDelay,
-    /// The network between one holder and Redis is cut for longer than the lease: connections closed.
+    /// `net-cut`.
     NetCut,
-    /// The network between one holder and Redis swallows everything for longer than the lease:
-    /// connections stay open and silent, then resume.
+    /// `net-blackhole`.
     NetBlackhole,
-    /// The Redis server's wall clock jumps forward past the lease TTL while the lease is held. On
-    /// Redlock, the schedule of the Redlock debate: the holder's lease on a bare majority (its link
-    /// to the third master cut during its acquire), one master of that majority jumps, and a second
-    /// client reaches a majority through it.
+    /// `clock-jump`.
     ClockJump,
-    /// Redlock: one of the three masters is killed while the lease is held, stays down for the fault
-    /// window, and comes back empty.
+    /// `node-kill`.
     NodeKill,
-    /// Redlock: one of the three masters is restarted empty while the lease is held.
+    /// `node-restart`.
     NodeRestart,
-    /// A primary managed by three Redis Sentinels: its replica link cut (the lock's write never
-    /// reaches the replica), then the primary killed and the replica promoted by the sentinels.
+    /// `sentinel-failover`.
     SentinelFailover,
-    /// A Redis Cluster: the replica link of the master owning the lease's slot cut, then that master
-    /// killed and its replica promoted by the cluster.
+    /// `cluster-failover`.
     ClusterFailover,
-    /// The PostgreSQL lease store is restarted (a fast shutdown and a start, same data) while a
-    /// holder is inside its critical section.
-    PgRestart,
-    /// The MariaDB lease store is restarted (a clean shutdown and a start, same data) while a
-    /// holder is inside its critical section.
-    MysqlRestart,
-    /// Memory pressure on an evicting Redis: the server set to `allkeys-lru` with `maxmemory` just
-    /// above its use, then filler keys written while a holder holds its lock until the server has
-    /// evicted the lock key; leasehold opted in (`allow_eviction`).
+    /// `eviction`.
     Eviction,
-    /// One member of the three-member etcd lease store, the leader and a follower in turn (the
-    /// leader first), is killed while a holder is inside its critical section, and restarted after
-    /// the fault window: a minority lost, which the lease is meant to survive.
-    MemberKill,
+    /// A fault of one run-wide lease store (`pg-restart`, for one), which the harness does only to
+    /// that store's strategies.
+    Store(&'static StoreFault),
+}
+
+impl Fault {
+    /// The fault's name on the command line and in the reports.
+    pub fn name(self) -> &'static str {
+        self.about().0
+    }
+
+    /// What the fault does, for `--help`.
+    pub fn help(self) -> &'static str {
+        self.about().1
+    }
+
+    fn about(self) -> (&'static str, &'static str) {
+        match self {
+            Fault::None => ("none", "No fault: the baseline"),
+            Fault::Pause => ("pause", "A holder is stopped (SIGSTOP) inside its critical section for longer than its lease, then resumed"),
+            Fault::Kill => ("kill", "A holder is killed (SIGKILL) inside its critical section; a new worker takes its place"),
+            Fault::RedisRestart => ("redis-restart", "Redis is restarted without persistence while a holder is inside its critical section"),
+            Fault::Failover => ("failover", "The Redis primary is killed after granting a lock it had not replicated; the replica is promoted"),
+            Fault::NetDelay => ("net-delay", "The network between one holder and Redis gets slower than the lease"),
+            Fault::NetCut => ("net-cut", "The network between one holder and Redis is cut for longer than the lease: connections closed"),
+            Fault::NetBlackhole => ("net-blackhole", "The network between one holder and Redis swallows everything for longer than the lease: connections stay open and silent, then resume"),
+            Fault::ClockJump => ("clock-jump", "The Redis server's wall clock jumps forward past the lease TTL while the lease is held. On Redlock, the schedule of the Redlock debate: the holder's lease on a bare majority (its link to the third master cut during its acquire), one master of that majority jumps, and a second client reaches a majority through it"),
+            Fault::NodeKill => ("node-kill", "Redlock: one of the three masters is killed while the lease is held, stays down for the fault window, and comes back empty"),
+            Fault::NodeRestart => ("node-restart", "Redlock: one of the three masters is restarted empty while the lease is held"),
+            Fault::SentinelFailover => ("sentinel-failover", "A primary managed by three Redis Sentinels: its replica link cut (the lock's write never reaches the replica), then the primary killed and the replica promoted by the sentinels"),
+            Fault::ClusterFailover => ("cluster-failover", "A Redis Cluster: the replica link of the master owning the lease's slot cut, then that master killed and its replica promoted by the cluster"),
+            Fault::Eviction => ("eviction", "Memory pressure on an evicting Redis: the server set to `allkeys-lru` with `maxmemory` just above its use, then filler keys written while a holder holds its lock until the server has evicted the lock key; leasehold opted in (`allow_eviction`)"),
+            Fault::Store(fault) => (fault.name, fault.help),
+        }
+    }
+}
+
+impl clap::ValueEnum for Fault {
+    fn value_variants<'a>() -> &'a [Self] {
+        FAULTS
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()).help(self.help()))
+    }
+}
+
+impl serde::Serialize for Fault {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
 }
 
 macro_rules! display_as_value_enum {
@@ -134,13 +173,7 @@ display_as_value_enum!(Workload, Fault, Strategy);
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyArgs {
     /// A short run for CI and a first look (under 3 minutes on 2 cores)
-    ///
-    /// A short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload
-    /// under the pause fault (the strategies on PostgreSQL, MariaDB and etcd on the counter only), and every
-    /// fault on the counter workload, one injection per cell. Without it, every cell of the matrix
-    /// with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and
-    /// for the strategies on PostgreSQL, MariaDB and etcd; under 30 minutes on 2 cores).
-    #[arg(long)]
+    #[arg(long, long_help = quick_help())]
     pub quick: bool,
     /// Write the cells as a JSON array to this file.
     #[arg(long, value_name = "FILE")]
@@ -181,14 +214,20 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub ttl_ms: u64,
     /// Fault injections per cell (default: 1 with --quick, else 5)
-    ///
-    /// Fault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and
-    /// Cluster failovers and for the strategies on PostgreSQL, MariaDB and etcd).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50),
+          long_help = format!("Fault injections per cell (default: 1 with --quick, else 5)\n\nFault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and Cluster failovers and for the strategies on {}).", run_wide_names("and")))]
     pub injections: Option<u32>,
     /// The executable to spawn workers from (default: this program). For tests.
     #[arg(long, hide = true, value_name = "PATH")]
     pub worker_exe: Option<PathBuf>,
+}
+
+/// The `--help` text of `--quick`, naming the run-wide stores.
+fn quick_help() -> String {
+    let stores = run_wide_names("and");
+    format!(
+        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nA short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload under the pause fault (the strategies on {stores} on the counter only), and every fault on the counter workload, one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
+    )
 }
 
 /// The `--help` text of an option whose values are `T`'s: `summary`, then each value with what it
@@ -244,10 +283,10 @@ pub struct WorkerArgs {
     /// for Redlock.
     #[arg(long)]
     pub redis: Vec<String>,
-    /// The lease store's URL (postgres://…, mysql://… or etcd://…)
+    /// The lease store's URL (postgres://…, etcd://…)
     ///
-    /// The lease store's URL (postgres://…, mysql://… or etcd://…) for the strategies whose lease is not on
-    /// Redis.
+    /// The lease store's URL (any URL `LeaseClient::connect` takes: postgres://…, etcd://…) for the
+    /// strategies whose lease is not on Redis.
     #[arg(long)]
     pub lease_store: Option<String>,
     /// Database URL.

@@ -29,7 +29,7 @@ pub(crate) struct RunContext {
     pub(crate) user_redis: Option<String>,
     pub(crate) workers: u32,
     pub(crate) timing: Timing,
-    /// The PostgreSQL, MariaDB and etcd lease stores, started at their first cell.
+    /// The run-wide lease stores (`store::RUN_WIDE`), each started at its first cell.
     pub(crate) stores: LeaseStores,
     /// Keeps the default SQLite file alive for the run.
     pub(crate) _tmp: Option<tempfile::TempDir>,
@@ -185,7 +185,7 @@ pub(crate) struct LockUrls<'a> {
     /// Its Redis URLs: one (through its proxy, or a Sentinel or Cluster URL), or one per Redlock
     /// master.
     pub(crate) redis: Vec<String>,
-    /// The lease store's URL when it is not Redis (PostgreSQL, MariaDB, etcd).
+    /// The lease store's URL when it is not Redis (a run-wide store's).
     pub(crate) lease_store: Option<&'a str>,
 }
 

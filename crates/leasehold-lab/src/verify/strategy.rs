@@ -1,13 +1,14 @@
 //! How the workers coordinate: a strategy is a lock kind, the store the lock lives on, and whether
-//! the resource checks the lease's fence; [`TABLE`] names each one the verifier runs.
+//! the resource checks the lease's fence; [`TABLE`] names the strategies on Redis and without a
+//! lock, and each run-wide store (`store::RUN_WIDE`) brings its two, a lease unfenced and fenced.
 //!
-//! Limit: only the combinations in the table exist (a hand-made lock on PostgreSQL, or a fence
+//! Limit: only the combinations named there exist (a hand-made lock on PostgreSQL, or a fence
 //! without a lease, means nothing here); a strategy is made by parsing its name or from the
 //! constants below, never field by field.
 
 use clap::builder::PossibleValue;
 
-use super::store::Store;
+use super::store::{RunWide, Store, RUN_WIDE};
 
 /// What the workers take before their critical section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,46 +57,38 @@ const fn on(lock: Lock, store: Store, fenced: bool) -> Strategy {
     }
 }
 
+/// The lease on run-wide store `store`, fenced or not: the two strategies every such store brings.
+pub(crate) const fn lease_on(store: &'static RunWide, fenced: bool) -> Strategy {
+    on(Lock::Lease, Store::run_wide(store), fenced)
+}
+
 impl Strategy {
     /// `naive`.
-    pub const NAIVE: Self = on(Lock::Naive, Store::Redis, false);
+    pub const NAIVE: Self = on(Lock::Naive, Store::REDIS, false);
     /// `ttl-del`.
-    pub const TTL_DEL: Self = on(Lock::TtlDel, Store::Redis, false);
+    pub const TTL_DEL: Self = on(Lock::TtlDel, Store::REDIS, false);
     /// `lease`.
-    pub const LEASE: Self = on(Lock::Lease, Store::Redis, false);
+    pub const LEASE: Self = on(Lock::Lease, Store::REDIS, false);
     /// `lease-fence`.
-    pub const LEASE_FENCE: Self = on(Lock::Lease, Store::Redis, true);
+    pub const LEASE_FENCE: Self = on(Lock::Lease, Store::REDIS, true);
     /// `redlock`.
-    pub const REDLOCK: Self = on(Lock::Redlock, Store::Redis, false);
+    pub const REDLOCK: Self = on(Lock::Redlock, Store::REDIS, false);
     /// `redlock-fence`.
-    pub const REDLOCK_FENCE: Self = on(Lock::Redlock, Store::Redis, true);
+    pub const REDLOCK_FENCE: Self = on(Lock::Redlock, Store::REDIS, true);
     /// `db-guards`.
     pub const DB_GUARDS: Self = Self {
         lock: Lock::Guards,
         store: None,
         fenced: false,
     };
-    /// `pg-lease`.
-    pub const PG_LEASE: Self = on(Lock::Lease, Store::Postgres, false);
-    /// `pg-lease-fence`.
-    pub const PG_LEASE_FENCE: Self = on(Lock::Lease, Store::Postgres, true);
     /// `election`.
-    pub const ELECTION: Self = on(Lock::Election, Store::Redis, false);
+    pub const ELECTION: Self = on(Lock::Election, Store::REDIS, false);
     /// `election-fence`.
-    pub const ELECTION_FENCE: Self = on(Lock::Election, Store::Redis, true);
-    /// `mysql-lease`.
-    pub const MYSQL_LEASE: Self = on(Lock::Lease, Store::MariaDb, false);
-    /// `mysql-lease-fence`.
-    pub const MYSQL_LEASE_FENCE: Self = on(Lock::Lease, Store::MariaDb, true);
-    /// `etcd-lease`.
-    pub const ETCD_LEASE: Self = on(Lock::Lease, Store::Etcd, false);
-    /// `etcd-lease-fence`.
-    pub const ETCD_LEASE_FENCE: Self = on(Lock::Lease, Store::Etcd, true);
+    pub const ELECTION_FENCE: Self = on(Lock::Election, Store::REDIS, true);
 }
 
-/// Every strategy the verifier runs, in the order of its plan and its reports: the one place that
-/// names them. A lease on a new store is two lines here (its unfenced and fenced forms) once the
-/// store is in [`Store`].
+/// The strategies on Redis and without a lock, in the order of the plan and the reports; the
+/// strategies on the run-wide stores follow them ([`ALL`]), named in their stores' files.
 pub(crate) const TABLE: &[Entry] = &[
     Entry {
         name: "naive",
@@ -142,45 +135,23 @@ pub(crate) const TABLE: &[Entry] = &[
         strategy: Strategy::DB_GUARDS,
         help: "No lock: unique index, conditional update, state check, inbox",
     },
-    Entry {
-        name: "pg-lease",
-        strategy: Strategy::PG_LEASE,
-        help: "A leasehold lease from the PostgreSQL lease store; the fence is ignored",
-    },
-    Entry {
-        name: "pg-lease-fence",
-        strategy: Strategy::PG_LEASE_FENCE,
-        help: "A leasehold lease from the PostgreSQL lease store whose fence the resource checks in the same transaction as each write, as `lease-fence` does",
-    },
-    Entry {
-        name: "mysql-lease",
-        strategy: Strategy::MYSQL_LEASE,
-        help: "A leasehold lease from the MariaDB (MySQL) lease store; the fence is ignored",
-    },
-    Entry {
-        name: "mysql-lease-fence",
-        strategy: Strategy::MYSQL_LEASE_FENCE,
-        help: "A leasehold lease from the MariaDB (MySQL) lease store whose fence the resource checks in the same transaction as each write, as `lease-fence` does",
-    },
-    Entry {
-        name: "etcd-lease",
-        strategy: Strategy::ETCD_LEASE,
-        help: "A leasehold lease from a three-member etcd cluster; the fence is ignored",
-    },
-    Entry {
-        name: "etcd-lease-fence",
-        strategy: Strategy::ETCD_LEASE_FENCE,
-        help: "A leasehold lease from a three-member etcd cluster whose fence the resource checks in the same transaction as each write, as `lease-fence` does",
-    },
 ];
 
-/// [`TABLE`]'s strategies alone, for [`clap::ValueEnum::value_variants`].
-const ALL: [Strategy; TABLE.len()] = {
-    let mut all = [Strategy::DB_GUARDS; TABLE.len()];
+/// Every strategy the verifier runs, in the order of its plan and its reports: [`TABLE`]'s, then the
+/// lease of each run-wide store, unfenced and fenced ([`RUN_WIDE`]'s order). A new store's line in
+/// `RUN_WIDE` is its two strategies here.
+const ALL: [Strategy; TABLE.len() + 2 * RUN_WIDE.len()] = {
+    let mut all = [Strategy::DB_GUARDS; TABLE.len() + 2 * RUN_WIDE.len()];
     let mut i = 0;
     while i < TABLE.len() {
         all[i] = TABLE[i].strategy;
         i += 1;
+    }
+    let mut s = 0;
+    while s < RUN_WIDE.len() {
+        all[TABLE.len() + 2 * s] = lease_on(RUN_WIDE[s], false);
+        all[TABLE.len() + 2 * s + 1] = lease_on(RUN_WIDE[s], true);
+        s += 1;
     }
     all
 };
@@ -203,10 +174,32 @@ impl Strategy {
 
     /// The strategy's name on the command line and in the reports.
     pub fn name(self) -> &'static str {
-        TABLE
-            .iter()
-            .find(|e| e.strategy == self)
-            .map_or("?", |e| e.name)
+        match self.store.and_then(Store::as_run_wide) {
+            Some(store) => store.strategies[usize::from(self.fenced)],
+            None => TABLE
+                .iter()
+                .find(|e| e.strategy == self)
+                .map_or("?", |e| e.name),
+        }
+    }
+
+    /// What the strategy is, for `--help`: its line in [`TABLE`], or said alike of every run-wide
+    /// store's lease.
+    fn help(self) -> String {
+        let Some(store) = self.store.and_then(Store::as_run_wide) else {
+            return TABLE
+                .iter()
+                .find(|e| e.strategy == self)
+                .map_or_else(String::new, |e| e.help.to_owned());
+        };
+        let from = store.lease_from;
+        if self.fenced {
+            format!(
+                "A leasehold lease from {from} whose fence the resource checks in the same transaction as each write, as `lease-fence` does"
+            )
+        } else {
+            format!("A leasehold lease from {from}; the fence is ignored")
+        }
     }
 
     /// Whether leasehold documents this strategy as keeping the data correct under every fault here.
@@ -232,7 +225,7 @@ impl Strategy {
     /// Whether the lock is a leasehold lease on one Redis deployment, which is what speaks Sentinel
     /// and Cluster URLs (the hand-made locks speak to one `redis://` server only).
     pub fn single_lease(self) -> bool {
-        self.lock == Lock::Lease && self.store == Some(Store::Redis)
+        self.lock == Lock::Lease && self.store == Some(Store::REDIS)
     }
 
     /// Whether the lock is an election's leadership (its cells run the counter under a pause:
@@ -243,13 +236,13 @@ impl Strategy {
 
     /// Whether the strategy talks to Redis at all.
     pub fn uses_redis(self) -> bool {
-        self.store == Some(Store::Redis)
+        self.store == Some(Store::REDIS)
     }
 
     /// The lease store the harness runs once for the whole run, when the lock lives on one
-    /// (PostgreSQL, MariaDB, etcd), rather than on the Redis deployment each cell starts.
+    /// (`store::RUN_WIDE`), rather than on the Redis deployment each cell starts.
     pub(crate) fn run_wide_store(self) -> Option<Store> {
-        self.store.filter(|s| s.run_wide())
+        self.store.filter(|s| s.as_run_wide().is_some())
     }
 }
 
@@ -259,8 +252,7 @@ impl clap::ValueEnum for Strategy {
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        let entry = TABLE.iter().find(|e| e.strategy == *self)?;
-        Some(PossibleValue::new(entry.name).help(entry.help))
+        Some(PossibleValue::new(self.name()).help(self.help()))
     }
 }
 
@@ -274,38 +266,77 @@ impl serde::Serialize for Strategy {
 mod tests {
     use clap::ValueEnum as _;
 
+    use super::super::store::{etcd, mariadb, postgres};
     use super::*;
+
+    /// The names of `strategies`, in order.
+    fn names(strategies: impl Iterator<Item = Strategy>) -> Vec<&'static str> {
+        strategies.map(Strategy::name).collect()
+    }
 
     #[test]
     fn every_name_parses_back_to_its_strategy_and_names_are_unique() {
-        for e in TABLE {
-            assert_eq!(
-                Strategy::from_str(e.name, false),
-                Ok(e.strategy),
-                "{}",
-                e.name
-            );
-            assert_eq!(e.strategy.name(), e.name);
-            assert_eq!(e.strategy.to_string(), e.name);
-            assert_eq!(
-                serde_json::to_value(e.strategy).unwrap(),
-                serde_json::json!(e.name)
-            );
-            assert_eq!(TABLE.iter().filter(|o| o.strategy == e.strategy).count(), 1);
+        for s in ALL {
+            let name = s.name();
+            assert_eq!(Strategy::from_str(name, false), Ok(s), "{name}");
+            assert_eq!(s.to_string(), name);
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(name));
+            assert_eq!(ALL.iter().filter(|o| o.name() == name).count(), 1);
+            assert_eq!(ALL.iter().filter(|o| **o == s).count(), 1);
         }
-        assert_eq!(ALL.len(), 15);
+        for e in TABLE {
+            assert_eq!(e.strategy.name(), e.name);
+        }
+        // Nine on Redis or without a lock, then two per run-wide store: 15 with PostgreSQL,
+        // MariaDB and etcd, in that order.
+        assert_eq!(TABLE.len(), 9);
+        assert_eq!(ALL.len(), TABLE.len() + 2 * RUN_WIDE.len());
+        assert_eq!(
+            names(ALL[TABLE.len()..TABLE.len() + 6].iter().copied()),
+            [
+                "pg-lease",
+                "pg-lease-fence",
+                "mysql-lease",
+                "mysql-lease-fence",
+                "etcd-lease",
+                "etcd-lease-fence"
+            ]
+        );
         assert!(Strategy::from_str("meteor", false).is_err());
     }
 
     #[test]
-    fn the_structure_answers_what_the_flat_names_meant() {
-        let fenced: Vec<&str> = TABLE
-            .iter()
-            .filter(|e| e.strategy.fenced())
-            .map(|e| e.name)
-            .collect();
+    fn a_run_wide_store_s_strategies_are_helped_as_they_were_written_out() {
+        let help = |name: &str| {
+            Strategy::from_str(name, false)
+                .unwrap()
+                .to_possible_value()
+                .and_then(|v| v.get_help().map(ToString::to_string))
+                .unwrap()
+        };
         assert_eq!(
-            fenced,
+            help("mysql-lease"),
+            "A leasehold lease from the MariaDB (MySQL) lease store; the fence is ignored"
+        );
+        assert_eq!(
+            help("pg-lease-fence"),
+            "A leasehold lease from the PostgreSQL lease store whose fence the resource checks in the same transaction as each write, as `lease-fence` does"
+        );
+        assert_eq!(
+            help("etcd-lease"),
+            "A leasehold lease from a three-member etcd cluster; the fence is ignored"
+        );
+        assert_eq!(
+            help("naive"),
+            "`SETNX` + `PEXPIRE` to lock, `DEL` to unlock"
+        );
+    }
+
+    #[test]
+    fn the_structure_answers_what_the_flat_names_meant() {
+        let fenced = names(ALL.iter().copied().filter(|s| s.fenced()));
+        assert_eq!(
+            fenced[..6],
             [
                 "lease-fence",
                 "redlock-fence",
@@ -315,13 +346,10 @@ mod tests {
                 "etcd-lease-fence"
             ]
         );
-        let safe: Vec<&str> = TABLE
-            .iter()
-            .filter(|e| e.strategy.safe_by_design())
-            .map(|e| e.name)
-            .collect();
+        assert_eq!(fenced.len(), 3 + RUN_WIDE.len());
+        let safe = names(ALL.iter().copied().filter(|s| s.safe_by_design()));
         assert_eq!(
-            safe,
+            safe[..7],
             [
                 "lease-fence",
                 "redlock-fence",
@@ -332,19 +360,39 @@ mod tests {
                 "etcd-lease-fence"
             ]
         );
+        assert_eq!(safe.len(), 4 + RUN_WIDE.len());
         assert!(Strategy::ELECTION.election() && !Strategy::ELECTION.single_lease());
         assert!(!Strategy::DB_GUARDS.locks() && !Strategy::DB_GUARDS.uses_redis());
         assert!(Strategy::NAIVE.uses_redis() && !Strategy::NAIVE.single_lease());
         assert!(Strategy::LEASE_FENCE.single_lease());
         assert!(Strategy::REDLOCK.redlock() && !Strategy::REDLOCK.single_lease());
-        assert!(!Strategy::PG_LEASE.uses_redis());
-        assert_eq!(Strategy::PG_LEASE.run_wide_store(), Some(Store::Postgres));
-        assert!(!Strategy::MYSQL_LEASE.uses_redis() && Strategy::MYSQL_LEASE_FENCE.fenced());
-        assert_eq!(Strategy::MYSQL_LEASE.run_wide_store(), Some(Store::MariaDb));
+        let pg = Store::run_wide(&postgres::STORE);
+        let mysql = Store::run_wide(&mariadb::STORE);
+        assert!(!lease_on(&postgres::STORE, false).uses_redis());
+        assert_eq!(lease_on(&postgres::STORE, false).run_wide_store(), Some(pg));
+        assert!(
+            !lease_on(&mariadb::STORE, false).uses_redis()
+                && lease_on(&mariadb::STORE, true).fenced()
+        );
         assert_eq!(
-            Strategy::ETCD_LEASE_FENCE.run_wide_store(),
-            Some(Store::Etcd)
+            lease_on(&mariadb::STORE, false).run_wide_store(),
+            Some(mysql)
+        );
+        assert_eq!(
+            lease_on(&etcd::STORE, true).run_wide_store(),
+            Some(Store::run_wide(&etcd::STORE))
         );
         assert_eq!(Strategy::LEASE.run_wide_store(), None);
+        // Every run-wide store's two strategies are leases on it, the second fenced.
+        for store in RUN_WIDE {
+            let [lease, fenced] = store
+                .strategies
+                .map(|n| Strategy::from_str(n, false).unwrap());
+            assert_eq!(
+                (lease, fenced),
+                (lease_on(store, false), lease_on(store, true))
+            );
+            assert!(lease.locks() && !lease.safe_by_design() && fenced.safe_by_design());
+        }
     }
 }

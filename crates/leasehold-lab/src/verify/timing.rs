@@ -47,10 +47,10 @@ impl Timing {
         }
     }
 
-    /// The timings of a cell of `strategy`. The strategies on a run-wide store (PostgreSQL,
-    /// MariaDB, etcd) get as many injections as the slow failovers (2 in a full run), which keeps
-    /// the full matrix inside half an hour. On a store whose shortest lease outlasts the TTL (etcd,
-    /// `Store::min_lease`) a fault window must also outlast that lease, not only the TTL the
+    /// The timings of a cell of `strategy`. The strategies on a run-wide store
+    /// (`store::RUN_WIDE`) get as many injections as the slow failovers (2 in a full run), which
+    /// keeps the full matrix inside half an hour. On a store whose shortest lease outlasts the TTL
+    /// (etcd's, `Store::min_lease`) a fault window must also outlast that lease, not only the TTL the
     /// workers ask for, or the lease would still stand in the store when the window ends and no
     /// fault could show.
     pub(crate) fn for_strategy(self, strategy: Strategy) -> Self {

@@ -21,7 +21,6 @@ use leasehold::lease::{Lease, LeaseClient, LeaseKeys, LeaseOptions};
 use super::resource::fenced::Fenced;
 use super::resource::guards::Guards;
 use super::resource::{Outcome, Plan, Resource};
-use super::store::Store;
 use super::strategy::{Lock, Strategy};
 use super::WorkerArgs;
 
@@ -119,13 +118,13 @@ const LEASE_NAME: &str = "resource";
 /// The Redis key that holds the lock of `strategy` for a cell whose keys start with `key`, for
 /// the harness to look at (`None` without a lock). The one place that knows each strategy's key.
 pub(crate) fn lock_key(strategy: Strategy, key: &str) -> Option<String> {
-    match (strategy.lock(), strategy.store()) {
-        (Lock::Naive | Lock::TtlDel, _) => Some(format!("{key}:lock")),
-        (Lock::Lease | Lock::Redlock | Lock::Election, Some(Store::Redis)) => {
+    match strategy.lock() {
+        Lock::Naive | Lock::TtlDel => Some(format!("{key}:lock")),
+        Lock::Lease | Lock::Redlock | Lock::Election if strategy.uses_redis() => {
             LeaseKeys::new(key, LEASE_NAME).ok().map(|k| k.lock)
         }
         // Not on Redis: the harness has no key of theirs to look at.
-        (Lock::Lease | Lock::Redlock | Lock::Election, _) | (Lock::Guards, _) => None,
+        Lock::Lease | Lock::Redlock | Lock::Election | Lock::Guards => None,
     }
 }
 
@@ -208,14 +207,12 @@ impl Locker {
             Lock::Lease | Lock::Election => {
                 // On Redis through the worker's proxy (or a Sentinel or Cluster URL); elsewhere
                 // the run-wide store's URL.
-                let url = match args.strategy.store() {
-                    Some(Store::Redis) => {
-                        args.redis.first().context("this strategy needs --redis")?
-                    }
-                    _ => args
-                        .lease_store
+                let url = if args.strategy.uses_redis() {
+                    args.redis.first().context("this strategy needs --redis")?
+                } else {
+                    args.lease_store
                         .as_ref()
-                        .context("this strategy needs --lease-store")?,
+                        .context("this strategy needs --lease-store")?
                 };
                 // Opted in to a Redis that may evict (the `eviction` fault's server): the cell
                 // measures what that opt-in accepts. A server that does not evict is unaffected.

@@ -4,19 +4,28 @@
 //!
 //! Limit: one member at a time; losing a majority is not modelled.
 
+use leasehold_testkit::EtcdCluster;
+
 use super::super::cell::Cell;
-use super::super::store::{Running, Store, ETCD_MEMBERS};
+use super::super::store::etcd::{self, ETCD_MEMBERS};
+use super::StoreFault;
+
+/// The fault's line of the fault table (`FAULTS`).
+pub(crate) static FAULT: StoreFault = StoreFault {
+    name: "member-kill",
+    help: "One member of the three-member etcd lease store, the leader and a follower in turn (the leader first), is killed while a holder is inside its critical section, and restarted after the fault window: a minority lost, which the lease is meant to survive",
+    store: &etcd::STORE,
+    what: "a member of the etcd lease store killed",
+    inject: |cell| Box::pin(inject(cell)),
+};
 
 /// Kills a member for the fault window. The leader and a follower take turns (the first injection
 /// of a cell kills the leader): taking turns by member number would, on a cluster shared by the
 /// cells, keep killing the same followers while the leader stays put.
-pub(super) async fn inject(cell: &mut Cell<'_>) -> anyhow::Result<()> {
+async fn inject(cell: &mut Cell<'_>) -> anyhow::Result<()> {
     let turn = cell.injected;
     let stores = &cell.ctx.stores;
-    let (member, was_leader) = stores.with(Store::Etcd, |running| {
-        let Running::Etcd(etcd) = running else {
-            anyhow::bail!("member-kill needs the harness's etcd lease store");
-        };
+    let (member, was_leader) = stores.with(&etcd::STORE, |etcd: &mut EtcdCluster| {
         let leader = etcd.leader()?;
         let member = if turn.is_multiple_of(2) {
             leader
@@ -30,8 +39,7 @@ pub(super) async fn inject(cell: &mut Cell<'_>) -> anyhow::Result<()> {
         cell.leaders_killed += 1;
     }
     tokio::time::sleep(cell.timing.hold).await;
-    stores.with(Store::Etcd, |running| match running {
-        Running::Etcd(etcd) => Ok(etcd.restart_member(member)?),
-        _ => anyhow::bail!("member-kill needs the harness's etcd lease store"),
+    stores.with(&etcd::STORE, |etcd: &mut EtcdCluster| {
+        Ok(etcd.restart_member(member)?)
     })
 }

@@ -1,13 +1,17 @@
 //! The fault table: what each fault needs from a cell, where it applies, and the dispatch to the
 //! file that does it (one file per fault or family of faults).
 //!
-//! Adding a fault: a [`Fault`] variant (`verify/mod.rs`), its line in [`Fault::needs`] (and in
-//! [`Fault::slow`] or [`Fault::estimate`] if each injection takes seconds), a file here with its
-//! `inject` (and `arm` / `disarm` when something must be set up before the target is chosen), and
-//! its lines in the `match`es of [`Cell::arm`], [`Cell::disarm`] and [`Cell::inject`]; the compiler
-//! points at each. Limit: every fault is aimed at one worker caught inside its critical section (or
-//! at the lease store it talks to); faults that hit several parts at once are not modelled, except
-//! the Redlock clock jump, which needs a cut link and a jumped master together.
+//! Adding a fault of the workers or of Redis: a [`Fault`] variant with its name and help
+//! (`verify/mod.rs`) and its line in [`FAULTS`], its line in [`Fault::needs`] (and in [`Fault::slow`]
+//! or [`Fault::estimate`] if each injection takes seconds), a file here with its `inject` (and
+//! `arm` / `disarm` when something must be set up before the target is chosen), and its lines in
+//! the `match`es of [`Cell::arm`], [`Cell::disarm`] and [`Cell::inject`]; the compiler points at
+//! each. Adding a fault of a run-wide lease store: a file here declaring its [`StoreFault`] (its
+//! name, its help, the store it acts on, its `inject`), its `mod` line below and its line in
+//! [`FAULTS`]; the table and the dispatch need nothing more. Limit: every fault is aimed at one worker
+//! caught inside its critical section (or at the lease store it talks to); faults that hit several
+//! parts at once are not modelled, except the Redlock clock jump, which needs a cut link and a
+//! jumped master together.
 //!
 //! Which faults apply where ([`applicability`]): the single-server faults (`redis-restart`,
 //! `failover`) are not applicable to Redlock, whose masters are independent servers without
@@ -15,17 +19,17 @@
 //! not applicable to the single-server strategies. The network faults hit all of the target's
 //! links (on Redlock, its three proxies). `sentinel-failover` and `cluster-failover` apply to the
 //! leases on one deployment (`lease`, `lease-fence`); the hand-made locks speak to one `redis://`
-//! server only. The strategies on a run-wide store (PostgreSQL, MariaDB, etcd) take `none`, `pause`, `kill`
-//! and their own store's fault (`pg-restart`, `mysql-restart`, `member-kill`), which acts on the store the harness
-//! runs for the whole run (`LeaseStores`); no Redis fault applies to them, the network faults
-//! included (their store is reached directly, not through the proxies).
+//! server only. The strategies on a run-wide store take `none`, `pause`, `kill` and their own
+//! store's faults, which act on the store the harness runs for the whole run (`LeaseStores`); no
+//! Redis fault applies to them, the network faults included (their store is reached directly, not
+//! through the proxies).
 
 mod clock_jump;
 mod cluster_failover;
 mod eviction;
 mod failover;
 mod kill;
-mod member_kill;
+pub(crate) mod member_kill;
 mod mysql_restart;
 mod network;
 mod pause;
@@ -37,12 +41,73 @@ mod sentinel_failover;
 
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+
 use super::cell::{Cell, CellStatus};
 use super::store::redis::{Deployment, Want};
-use super::store::Store;
+use super::store::{RunWide, Store};
 use super::strategy::Strategy;
 use super::timing::Timing;
 use super::Fault;
+
+/// Every fault a run offers, in the order of its plan and its reports: the one list of them. A
+/// fault of a run-wide store is its file in `faults/` and its line here.
+pub const FAULTS: &[Fault] = &[
+    Fault::None,
+    Fault::Pause,
+    Fault::Kill,
+    Fault::RedisRestart,
+    Fault::Failover,
+    Fault::NetDelay,
+    Fault::NetCut,
+    Fault::NetBlackhole,
+    Fault::ClockJump,
+    Fault::NodeKill,
+    Fault::NodeRestart,
+    Fault::SentinelFailover,
+    Fault::ClusterFailover,
+    Fault::Store(&pg_restart::FAULT),
+    Fault::Store(&mysql_restart::FAULT),
+    Fault::Eviction,
+    Fault::Store(&member_kill::FAULT),
+];
+
+/// A fault of one run-wide lease store (`store::RUN_WIDE`), declared in the fault's own file: the
+/// harness does it only to the strategies whose lease is on that store.
+pub struct StoreFault {
+    /// Its name on the command line and in the reports.
+    pub(crate) name: &'static str,
+    /// What it does, for `--help`.
+    pub(crate) help: &'static str,
+    /// The store it acts on.
+    pub(crate) store: &'static RunWide,
+    /// What it does there, for the note of a cell it does not apply to.
+    pub(crate) what: &'static str,
+    /// Applies it to the running store while the target worker holds its lease, for the fault
+    /// window.
+    pub(crate) inject: for<'a, 'c> fn(&'a mut Cell<'c>) -> BoxFuture<'a, anyhow::Result<()>>,
+}
+
+// A fault is known by its name (the table's tests check that names are unique).
+impl PartialEq for StoreFault {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for StoreFault {}
+
+impl std::hash::Hash for StoreFault {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl std::fmt::Debug for StoreFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
 
 /// What a fault needs from a cell.
 #[derive(Debug, Clone, Copy, Default)]
@@ -126,11 +191,7 @@ impl Fault {
                 deployment: Deployment::Cluster,
                 ..one_server
             },
-            Fault::PgRestart => {
-                on_store(Store::Postgres, "a restart of the PostgreSQL lease store")
-            }
-            Fault::MysqlRestart => on_store(Store::MariaDb, "a restart of the MariaDB lease store"),
-            Fault::MemberKill => on_store(Store::Etcd, "a member of the etcd lease store killed"),
+            Fault::Store(fault) => on_store(Store::run_wide(fault.store), fault.what),
         }
     }
 
@@ -280,9 +341,7 @@ impl Cell<'_> {
             | Fault::NetBlackhole
             | Fault::NodeKill
             | Fault::NodeRestart
-            | Fault::PgRestart
-            | Fault::MysqlRestart
-            | Fault::MemberKill => Ok(()),
+            | Fault::Store(_) => Ok(()),
         }
     }
 
@@ -306,9 +365,7 @@ impl Cell<'_> {
             | Fault::NetBlackhole
             | Fault::NodeKill
             | Fault::NodeRestart
-            | Fault::PgRestart
-            | Fault::MysqlRestart
-            | Fault::MemberKill => {}
+            | Fault::Store(_) => {}
         }
     }
 
@@ -333,9 +390,7 @@ impl Cell<'_> {
             Fault::NodeRestart => redlock_node::restart(self).await?,
             Fault::SentinelFailover => sentinel_failover::inject(self, slot).await?,
             Fault::ClusterFailover => cluster_failover::inject(self, slot).await?,
-            Fault::PgRestart => pg_restart::inject(self).await?,
-            Fault::MysqlRestart => mysql_restart::inject(self).await?,
-            Fault::MemberKill => member_kill::inject(self).await?,
+            Fault::Store(fault) => (fault.inject)(self).await?,
             Fault::Eviction => eviction::inject(self).await?,
         }
         Ok(true)
@@ -354,6 +409,7 @@ impl Cell<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::store::{etcd, mariadb, postgres, RUN_WIDE};
     use super::*;
 
     #[test]
@@ -423,39 +479,38 @@ mod tests {
                 "{f}"
             );
         }
+        // Each lease-store fault acts on the store its file names.
+        let store_of = |name: &str| {
+            FAULTS
+                .iter()
+                .find_map(|f| match f {
+                    Fault::Store(sf) if sf.name == name => Some(Store::run_wide(sf.store)),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        assert_eq!(store_of("pg-restart"), Store::run_wide(&postgres::STORE));
+        assert_eq!(store_of("mysql-restart"), Store::run_wide(&mariadb::STORE));
+        assert_eq!(store_of("member-kill"), Store::run_wide(&etcd::STORE));
         // The lease-store faults apply to their store's strategies only, and of the Redis faults
         // none applies to those.
         use clap::ValueEnum as _;
+        let on_its_store = |f: Fault, s: Strategy| matches!(f, Fault::Store(sf) if s.store() == Some(Store::run_wide(sf.store)));
         for s in Strategy::value_variants() {
-            assert_eq!(
-                !na(Fault::PgRestart, *s),
-                s.store() == Some(Store::Postgres),
-                "{s}"
-            );
-            assert_eq!(
-                !na(Fault::MysqlRestart, *s),
-                s.store() == Some(Store::MariaDb),
-                "{s}"
-            );
-            assert_eq!(
-                !na(Fault::MemberKill, *s),
-                s.store() == Some(Store::Etcd),
-                "{s}"
-            );
+            for f in FAULTS.iter().filter(|f| matches!(f, Fault::Store(_))) {
+                assert_eq!(!na(*f, *s), on_its_store(*f, *s), "{f} {s}");
+            }
         }
-        for s in [
-            Strategy::PG_LEASE,
-            Strategy::PG_LEASE_FENCE,
-            Strategy::MYSQL_LEASE,
-            Strategy::MYSQL_LEASE_FENCE,
-            Strategy::ETCD_LEASE,
-            Strategy::ETCD_LEASE_FENCE,
-        ] {
-            for f in Fault::value_variants() {
-                let applies = matches!(f, Fault::None | Fault::Pause | Fault::Kill)
-                    || (*f == Fault::PgRestart && s.store() == Some(Store::Postgres))
-                    || (*f == Fault::MysqlRestart && s.store() == Some(Store::MariaDb))
-                    || (*f == Fault::MemberKill && s.store() == Some(Store::Etcd));
+        let on_stores: Vec<Strategy> = Strategy::value_variants()
+            .iter()
+            .copied()
+            .filter(|s| s.run_wide_store().is_some())
+            .collect();
+        assert_eq!(on_stores.len(), 2 * RUN_WIDE.len());
+        for s in on_stores {
+            for f in FAULTS {
+                let applies =
+                    matches!(f, Fault::None | Fault::Pause | Fault::Kill) || on_its_store(*f, s);
                 assert_eq!(!na(*f, s), applies, "{f} {s}");
                 // Their stores are the harness's own whatever Redis is given.
                 if applies {

@@ -4,20 +4,29 @@
 //! Limit: the run-wide store ([`LeaseStores`](super::super::store::LeaseStores)), never the
 //! resource's database.
 
+use leasehold_testkit::MariaDbServer;
+
 use super::super::cell::Cell;
-use super::super::store::{Running, Store};
+use super::super::store::mariadb;
+use super::StoreFault;
+
+/// The fault's line of the fault table (`FAULTS`).
+pub(crate) static FAULT: StoreFault = StoreFault {
+    name: "mysql-restart",
+    help: "The MariaDB lease store is restarted (a clean shutdown and a start, same data) while a holder is inside its critical section",
+    store: &mariadb::STORE,
+    what: "a restart of the MariaDB lease store",
+    inject: |cell| Box::pin(inject(cell)),
+};
 
 /// Restarts the store: the lease rows survive (InnoDB), the holder's renewals fail while it is
 /// down, and its lease runs out on the server's clock meanwhile. The window is 3 × TTL from the
 /// restart's start.
-pub(super) async fn inject(cell: &mut Cell<'_>) -> anyhow::Result<()> {
+async fn inject(cell: &mut Cell<'_>) -> anyhow::Result<()> {
     let started = tokio::time::Instant::now();
     cell.ctx
         .stores
-        .with(Store::MariaDb, |running| match running {
-            Running::MariaDb(my) => Ok(my.restart()?),
-            _ => anyhow::bail!("mysql-restart needs the harness's MariaDB lease store"),
-        })?;
+        .with(&mariadb::STORE, |my: &mut MariaDbServer| Ok(my.restart()?))?;
     tokio::time::sleep_until(started + cell.timing.hold).await;
     Ok(())
 }

@@ -19,7 +19,7 @@ use super::faults::applicability;
 use super::report;
 use super::rig::RunContext;
 use super::store::redis::split_redis_url;
-use super::store::LeaseStores;
+use super::store::{run_wide_names, LeaseStores};
 use super::timing::Timing;
 use super::{Fault, Strategy, VerifyArgs, Workload};
 
@@ -95,7 +95,7 @@ fn announce(ctx: &RunContext, args: &VerifyArgs, cells: &[(Workload, Fault, Stra
         .map(|(_, f, s)| f.estimate(&ctx.timing, *s))
         .sum();
     eprintln!(
-        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover and per cell on PostgreSQL, MariaDB or etcd); {}.",
+        "leasehold verify: {} cells ({} to run, {} not applicable or skipped), {} workers each, lease TTL {} ms, {} injection(s) per cell ({} per Sentinel or Cluster failover and per cell on {}); {}.",
         cells.len(),
         runnable.len(),
         cells.len() - runnable.len(),
@@ -103,6 +103,7 @@ fn announce(ctx: &RunContext, args: &VerifyArgs, cells: &[(Workload, Fault, Stra
         args.ttl_ms,
         ctx.timing.injections,
         ctx.timing.slow_injections,
+        run_wide_names("or"),
         human(estimate)
     );
 }

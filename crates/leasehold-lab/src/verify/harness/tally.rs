@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use super::super::cell::{Cell, CellResult, CellStatus, FaultWindow, Timeline};
 use super::super::checker::{self, Interval};
+use super::super::faults::member_kill;
 use super::super::resource::{HistoryRow, Outcome};
 use super::super::worker::Event;
 use super::super::Fault;
@@ -177,7 +178,7 @@ fn notes(cell: &mut Cell<'_>, fault: Fault, tally: &Tally) -> Vec<String> {
             cell.bare_majorities
         ));
     }
-    if fault == Fault::MemberKill && injected > 0 {
+    if fault == Fault::Store(&member_kill::FAULT) && injected > 0 {
         notes.push(format!(
             "{} of {injected} member kills hit the etcd leader",
             cell.leaders_killed

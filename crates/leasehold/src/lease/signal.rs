@@ -209,44 +209,53 @@ impl HealthWatch {
     }
 }
 
-/// The sending side, kept by the lease's shared state.
+/// The sending side, kept by the lease's shared state. The channel is made when the first watch is
+/// asked for: most holders never ask, and a `tokio` watch channel is a few hundred bytes per lease
+/// (S3 in docs/benchmarks.md counts them); until then the health is a value beside it.
 #[derive(Debug)]
 pub(crate) struct HealthSender {
-    tx: watch::Sender<LeaseHealth>,
+    /// The health now, and the channel once someone watches (seeded with the health then).
+    inner: std::sync::Mutex<(LeaseHealth, Option<watch::Sender<LeaseHealth>>)>,
 }
 
 impl HealthSender {
     pub(crate) fn new() -> Self {
         HealthSender {
-            tx: watch::Sender::new(LeaseHealth::Held),
+            inner: std::sync::Mutex::new((LeaseHealth::Held, None)),
         }
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, (LeaseHealth, Option<watch::Sender<LeaseHealth>>)> {
+        // A panic while it was held cannot leave a half-written health: go on with it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A new watch on it.
     pub(crate) fn watch(&self) -> HealthWatch {
-        HealthWatch {
-            rx: self.tx.subscribe(),
-        }
+        let mut inner = self.inner();
+        let now = inner.0;
+        let tx = inner.1.get_or_insert_with(|| watch::Sender::new(now));
+        HealthWatch { rx: tx.subscribe() }
     }
 
     /// The health now.
     pub(crate) fn current(&self) -> LeaseHealth {
-        *self.tx.borrow()
+        self.inner().0
     }
 
     /// Sets `to` unless the lease is lost already (lost is final); the previous health when it
     /// changed.
     pub(crate) fn set(&self, to: LeaseHealth) -> Option<LeaseHealth> {
-        let mut before = None;
-        self.tx.send_if_modified(|h| {
-            if h.is_lost() || *h == to {
-                return false;
-            }
-            before = Some(*h);
-            *h = to;
-            true
-        });
-        before
+        let mut inner = self.inner();
+        let before = inner.0;
+        if before.is_lost() || before == to {
+            return None;
+        }
+        inner.0 = to;
+        if let Some(tx) = &inner.1 {
+            tx.send_replace(to);
+        }
+        Some(before)
     }
 }
 
@@ -278,6 +287,21 @@ mod tests {
         assert_eq!(tx.set(LeaseHealth::Held), None, "lost is final");
         assert_eq!(w.at_risk().await, lost);
         assert!(lost.to_string().starts_with("lost: "), "{lost}");
+    }
+
+    #[tokio::test]
+    async fn a_watch_asked_for_late_starts_from_the_health_then() {
+        let tx = HealthSender::new();
+        let suspect = LeaseHealth::Suspect {
+            reason: SuspectReason::RenewalFailing,
+        };
+        assert_eq!(tx.set(suspect), Some(LeaseHealth::Held), "no watch yet");
+        assert_eq!(tx.current(), suspect);
+        let mut w = tx.watch();
+        assert_eq!(w.current(), suspect);
+        assert_eq!(w.at_risk().await, suspect, "at once: it already is not held");
+        assert_eq!(tx.set(LeaseHealth::Held), Some(suspect));
+        assert_eq!(w.changed().await, LeaseHealth::Held);
     }
 
     #[tokio::test]

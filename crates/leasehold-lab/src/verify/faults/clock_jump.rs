@@ -80,9 +80,11 @@ mod tests {
     use leasehold_testkit::RedisServer;
 
     /// What a forward clock jump does to a leasehold lease: the lock expires early (Redis expires by
-    /// its wall clock), so a second holder gets it while the first still counts on it, and the
-    /// fence rule `max(stored + 1, server time in µs)` hands the second holder a fence raised by the
-    /// jump. A forward jump only raises fences, so a fenced resource still refuses the first holder.
+    /// its wall clock), so a second holder gets it while the first still counts on it, and its fence
+    /// is above the first's (the rule is `max(stored + 1, server time in µs)`): a forward jump only
+    /// raises fences, so a fenced resource still refuses the first holder. The server time is the
+    /// client's estimate for up to a second after it last read the server's clock; after that the
+    /// fence follows the jumped clock.
     #[tokio::test]
     async fn a_forward_clock_jump_expires_a_lease_early_and_only_raises_fences() {
         let mut server =
@@ -108,11 +110,17 @@ mod tests {
             .await
             .expect("after a 60 s jump the 30 s lease has expired on the server");
         let (old, new) = (held.fence().as_i64(), taken.fence().as_i64());
-        assert!(
-            new >= old + jump.as_micros() as i64 - 5_000_000,
-            "the new fence follows the jumped server clock: {old} -> {new}"
-        );
+        assert!(new > old, "the second holder's fence is above the first's: {old} -> {new}");
         drop(held);
         taken.release().await.unwrap();
+        // Once the client's estimate is stale, the acquire reads the server's (jumped) clock.
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let later = second.try_acquire("job", &opts).await.unwrap();
+        assert!(
+            later.fence().as_i64() >= old + jump.as_micros() as i64 - 5_000_000,
+            "the fence follows the jumped server clock: {old} -> {}",
+            later.fence()
+        );
+        later.release().await.unwrap();
     }
 }

@@ -225,7 +225,9 @@ impl HealthSender {
         }
     }
 
-    fn inner(&self) -> std::sync::MutexGuard<'_, (LeaseHealth, Option<watch::Sender<LeaseHealth>>)> {
+    fn inner(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (LeaseHealth, Option<watch::Sender<LeaseHealth>>)> {
         // A panic while it was held cannot leave a half-written health: go on with it.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -299,7 +301,11 @@ mod tests {
         assert_eq!(tx.current(), suspect);
         let mut w = tx.watch();
         assert_eq!(w.current(), suspect);
-        assert_eq!(w.at_risk().await, suspect, "at once: it already is not held");
+        assert_eq!(
+            w.at_risk().await,
+            suspect,
+            "at once: it already is not held"
+        );
         assert_eq!(tx.set(LeaseHealth::Held), Some(suspect));
         assert_eq!(w.changed().await, LeaseHealth::Held);
     }

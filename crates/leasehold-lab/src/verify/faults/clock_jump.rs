@@ -110,7 +110,10 @@ mod tests {
             .await
             .expect("after a 60 s jump the 30 s lease has expired on the server");
         let (old, new) = (held.fence().as_i64(), taken.fence().as_i64());
-        assert!(new > old, "the second holder's fence is above the first's: {old} -> {new}");
+        assert!(
+            new > old,
+            "the second holder's fence is above the first's: {old} -> {new}"
+        );
         drop(held);
         taken.release().await.unwrap();
         // Once the client's estimate is stale, the acquire reads the server's (jumped) clock.

@@ -37,6 +37,7 @@ impl RedisStore {
             super::node::prepare_tls(&location)?;
         }
         let one_clock = matches!(topology, Topology::Standalone);
+        let cluster = matches!(topology, Topology::Cluster(_));
         let (shared, blocking, first_dedicated) =
             open_topology(url, topology, &settings, &round_trips).await?;
         let blocking = Arc::new(BlockingPool::new(
@@ -58,7 +59,10 @@ impl RedisStore {
             round_trips,
             response_timeout,
             connect_timeout,
-            tuning: Tuning::with_retention(retention),
+            tuning: Tuning {
+                cluster,
+                ..Tuning::with_retention(retention)
+            },
             location: location.into(),
             allow_eviction: settings.allow_eviction,
             watch: Arc::default(),

@@ -5,11 +5,11 @@
 -- No barging: while the queue is not empty a free lock goes to its first live waiter, here, and the
 -- caller (unless that is the caller) is busy. Run twice (a retry after a reconnect) it must not see
 -- its own lock as busy: the same token finds the lock it took, or was handed, and gets it back.
-local first = tonumber(ARGV[4])
-local slack = tonumber(ARGV[5])
-local window = tonumber(ARGV[6])
-local life = tonumber(ARGV[7])
-local keep_ms = math.max(tonumber(ARGV[8]), ttl)
+if exact == 0 then
+  lo = unpack_numbers(ARGV[6], 1, 1)
+end
+local first, slack, window, life = unpack_numbers(ARGV[6], 2, 5)
+local keep_ms = tonumber(ARGV[5])
 
 -- Taken: when a BLPOP follows, it must return at once, so it finds the grant on the wake list.
 local function taken(fence, ttl_now)

@@ -42,6 +42,16 @@ local function clock_exact()
   lo, exact = hi, 1
 end
 
+-- The numbers `from` to `to` of a packed argument ("12,34,56": the fields the fast parts do not
+-- read ride in one argument).
+local function unpack_numbers(packed, from, to)
+  local fields = {}
+  for n in string.gmatch(packed, '%d+') do
+    fields[#fields + 1] = tonumber(n)
+  end
+  return unpack(fields, from, to)
+end
+
 -- Lengthens a key's life to at least `ms`, never shortens it.
 local function keep(key, ms)
   if redis.call('PTTL', key) < ms then

@@ -5,8 +5,7 @@
 -- queue flag is dropped once the queue is empty. When the script read the server's clock (the caller
 -- had no estimate), it replies {1, seconds, microseconds} instead of 1, as renew.lua does, so that the
 -- caller learns it.
-local window = tonumber(ARGV[3])
-local retention_ms = tonumber(ARGV[4])
+local window, retention_ms = unpack_numbers(ARGV[2], 4, 5)
 
 local function released()
   if exact == 1 then

@@ -4,11 +4,12 @@
 -- TTL would have run out finds no marker and says "not ours": a false alarm of a lost lease, never
 -- a false "released". With nobody queued (the lock holds the bare token) the release ends here,
 -- before lib.lua's functions are built: two commands. Else release.lua hands the lock on.
--- KEYS[1] lock
--- ARGV[1] token, ARGV[2] how long a released permit is remembered ms (sem_release.lua's; a lock's
--- marker lives as long as its lease would have), ARGV[3] how long a waiter counts as live after
--- joining the queue ms, ARGV[4] fence retention ms, ARGV[5] and ARGV[6] the server clock's estimate
--- µs, no earlier and no later than it (0: none, TIME is read if it is needed)
+-- KEYS[1] lock (KEYS[2] the never-existing key, on a Redis Cluster)
+-- ARGV[1] token, ARGV[2] what only the second part reads, packed: "<the server clock's estimate µs,
+-- no earlier than it (0: none, TIME is read if it is needed)>,<the same, no later than it>,<how long a
+-- released permit is remembered ms (sem_release.lua's; a lock's marker lives as long as its lease
+-- would have)>,<how long a waiter counts as live after joining the queue ms>,<fence retention ms>
+
 -- Returns 1 when the lock held our token and was released (or this is a retry of a release that did
 -- that), 0 when it was not ours (left untouched).
 local token = ARGV[1]
@@ -29,7 +30,8 @@ if held ~= token .. ':q' then
   end
   return 0
 end
-hi, lo = tonumber(ARGV[5]), tonumber(ARGV[6])
+hi, lo = string.match(ARGV[2], '^(%d+),(%d+),')
+hi, lo = tonumber(hi), tonumber(lo)
 if hi <= 0 then
   local t = redis.call('TIME')
   hi = tonumber(t[1]) * 1000000 + tonumber(t[2])

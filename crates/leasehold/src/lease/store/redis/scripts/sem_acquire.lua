@@ -2,12 +2,8 @@
 -- caller; else say how long until the first holder's permit runs out and, when the caller waits, put
 -- it in the queue (or refresh its place). The same queue and hand-over as a lock.
 -- KEYS[1] lock (the name's lock key: the semaphore's keys share its hash tag)
--- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] block ms (0: the caller does not wait; else the length of the
--- BLPOP that follows in the same pipeline), ARGV[4] the first TTL the caller wants if a release hands
--- it a permit ms, ARGV[5] slack added to a refreshing waiter's liveness ms, ARGV[6] how long a waiter
--- counts as live after joining the queue ms, ARGV[7] life of the queue keys ms, ARGV[8] fence
--- retention ms, ARGV[9] and ARGV[10] the server clock's estimate (unused: a semaphore goes by the
--- server's clock), ARGV[11] permits
+-- ARGV as acquire_fast.lua's (the clock's estimate unused: a semaphore goes by the server's clock),
+-- then ARGV[7] permits
 -- Returns as acquire.lua: {1, fence, ttl ms, server µs, 1} taken; {0, ms until the first permit runs
 -- out, server µs, 1} busy; {2} given up; {3, permits} the name is in use with another number of
 -- permits (1: as a lock, by leasehold or another SET NX PX client).
@@ -15,12 +11,8 @@ clock_exact()
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local block = tonumber(ARGV[3])
-local first = tonumber(ARGV[4])
-local slack = tonumber(ARGV[5])
-local window = tonumber(ARGV[6])
-local life_ms = tonumber(ARGV[7])
-local retention_ms = tonumber(ARGV[8])
-local permits = tonumber(ARGV[11])
+local first, slack, window, life_ms, retention_ms = unpack_numbers(ARGV[6], 2, 6)
+local permits = tonumber(ARGV[7])
 
 local function taken(fence, ttl_now)
   if block > 0 then

@@ -1,8 +1,6 @@
 -- sem_release: give back a permit if the caller still holds it, then hand it to the first live waiter.
 -- KEYS[1] lock (the name's lock key)
--- ARGV[1] token, ARGV[2] how long the release is remembered ms, ARGV[3] how long a waiter counts as
--- live after joining the queue ms, ARGV[4] fence retention ms, ARGV[5] and ARGV[6] the server clock's
--- estimate (unused: a semaphore goes by the server's clock)
+-- ARGV as release_fast.lua's (the clock's estimate unused: a semaphore goes by the server's clock)
 -- Returns 1 when the permit was ours and is given back (or this is a retry of a release that did
 -- that), 0 when it was not ours any more (expired, or evicted).
 clock_exact()
@@ -16,6 +14,7 @@ if not until_ms or tonumber(until_ms) <= now_ms() then
 end
 redis.call('ZREM', holders_key, token)
 redis.call('HDEL', held_key, token)
-redis.call('SET', released_permit_key(token), '1', 'PX', ARGV[2])
-fill_permits(token, tonumber(ARGV[3]), tonumber(ARGV[4]))
+local remember_ms, window, retention_ms = unpack_numbers(ARGV[2], 3, 5)
+redis.call('SET', released_permit_key(token), '1', 'PX', remember_ms)
+fill_permits(token, window, retention_ms)
 return 1

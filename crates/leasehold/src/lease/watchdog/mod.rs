@@ -221,9 +221,29 @@ fn look_in_background(store: &Arc<dyn Store>, looking: &Arc<std::sync::atomic::A
     });
 }
 
+/// Leases renewed per call to the store: a batch of 10,000 due leases goes out as 40 calls in a row,
+/// so that what a call prepares (the leases' keys, the pipeline, the replies) is a few hundred kB at
+/// most, never the whole batch at once (S3 in docs/benchmarks.md: resident memory per held lease).
+const RENEW_CHUNK: usize = 256;
+
+/// Renews `due` within `limit` for the whole batch (its calls share the bound, so a hung store
+/// delays the outcomes by `limit` at most, however many calls the batch takes).
 async fn renew(store: &dyn Store, due: &[Arc<LeaseState>], limit: Duration) -> Vec<(u64, Renewed)> {
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::with_capacity(due.len());
+    for chunk in due.chunks(RENEW_CHUNK) {
+        out.extend(renew_chunk(store, chunk, deadline).await);
+    }
+    out
+}
+
+async fn renew_chunk(
+    store: &dyn Store,
+    due: &[Arc<LeaseState>],
+    deadline: Instant,
+) -> Vec<(u64, Renewed)> {
     let held: Vec<Held<'_>> = due.iter().map(|s| s.held()).collect();
-    let outcomes: Vec<Renewed> = match tokio::time::timeout(limit, store.renew(&held)).await {
+    let outcomes: Vec<Renewed> = match tokio::time::timeout_at(deadline, store.renew(&held)).await {
         Ok(Ok(per_item)) => {
             // Only when a lease was lost: ask the store why (a Redis that evicts looks at its
             // nodes' evicted keys), once for the batch.

@@ -83,7 +83,7 @@ fn s2(r: &BenchReport) {
         "n",
         "acq/s",
         "ideal",
-        "ratio",
+        "/ideal",
         "floor",
         "/floor",
         "hand p50",

@@ -42,7 +42,7 @@ pub(crate) enum LockKind {
 }
 
 impl LockKind {
-    /// Its name on the worker's command line and in lease names.
+    /// Its name on the worker's command line and in the report's table.
     pub(crate) fn arg(self) -> &'static str {
         match self {
             LockKind::Leasehold => "leasehold",
@@ -178,7 +178,11 @@ pub(crate) async fn run(
 ) -> anyhow::Result<S2Row> {
     let name = format!(
         "s2-{}-{:?}-{}-{}",
-        cfg.lock.arg(),
+        match cfg.lock {
+            LockKind::Leasehold => "lh",
+            LockKind::BaselinePoll => "base",
+            LockKind::FifoFloor => "floor",
+        },
         cfg.mode,
         cfg.contenders,
         mono_ns()

@@ -44,16 +44,18 @@ fn garbage_arguments_are_refused_with_the_reason() {
 
 #[test]
 fn a_worker_without_a_reachable_redis_fails_cleanly() {
-    let out = leasehold(&[
-        "__bench-worker",
-        "s2",
-        "--lock",
-        "baseline-poll",
-        "--redis-url",
-        "redis://127.0.0.1:1/",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("connecting"), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    for lock in ["baseline-poll", "fifo-floor"] {
+        let out = leasehold(&[
+            "__bench-worker",
+            "s2",
+            "--lock",
+            lock,
+            "--redis-url",
+            "redis://127.0.0.1:1/",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{lock}");
+        assert!(stderr.contains("connecting"), "{lock}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{lock}: {stderr}");
+    }
 }

@@ -94,6 +94,37 @@ fn quick_json_has_every_figure_and_no_overlapping_holds() {
         assert!(number(row, "max_wait_bound_us") > 0.0, "{row}");
     }
 
+    // S2's floor of the mechanism ran in every configuration of leasehold's, and leasehold's row
+    // carries the floor's figures and the ratio to it.
+    for row in rows.iter().filter(|row| row["lock"] == "leasehold") {
+        let floor = rows
+            .iter()
+            .find(|f| {
+                f["lock"] == "fifo-floor"
+                    && f["mode"] == row["mode"]
+                    && f["contenders"] == row["contenders"]
+            })
+            .unwrap_or_else(|| panic!("no floor row for {row}"));
+        let (lh, fl) = (
+            number(row, "acquisitions_per_s"),
+            number(floor, "acquisitions_per_s"),
+        );
+        assert_eq!(number(row, "floor_acquisitions_per_s"), fl, "{row}");
+        let ratio = number(row, "throughput_vs_floor");
+        assert!(
+            (ratio - lh / fl).abs() < 0.01,
+            "ratio {ratio} is not {lh} / {fl}"
+        );
+        assert_eq!(
+            number(row, "floor_handoff_p99_us"),
+            number(floor, "handoff_p99_us")
+        );
+        assert!(
+            row["targets_met"]["throughput_at_least_0_95_floor"].is_boolean(),
+            "{row}"
+        );
+    }
+
     // S3: 10,000 leases held; memory per lease measured.
     assert_eq!(r["s3"]["leases"].as_u64(), Some(10_000));
     let bytes = number(&r, "s3.bytes_per_lease");

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use leasehold::{LeaseClient, LeaseOptions};
 
-use super::baseline::BaselineLock;
+use super::baseline::{BaselineHeld, BaselineLock};
+use super::floor::FloorWaiter;
 use super::measure::{mono_ns, Latencies};
 
 /// Which lock a contender uses.
@@ -18,6 +19,25 @@ pub(crate) enum Locker {
     },
     /// The baseline lock, polling with jittered pauses.
     Baseline(BaselineLock),
+    /// One waiter of the floor of the mechanism: the bare FIFO hand-off.
+    Floor(FloorWaiter),
+}
+
+/// A lock of any kind while it is held.
+enum Held {
+    Lease(leasehold::Lease),
+    Baseline(BaselineHeld),
+    Floor,
+}
+
+impl Held {
+    /// The fence the hold carries (0 for the locks that have none).
+    fn fence(&self) -> u64 {
+        match self {
+            Held::Lease(lease) => lease.fence().get(),
+            Held::Baseline(_) | Held::Floor => 0,
+        }
+    }
 }
 
 impl Locker {
@@ -25,6 +45,56 @@ impl Locker {
         match self {
             Locker::Leasehold { client, .. } => client.round_trips(),
             Locker::Baseline(b) => b.round_trips(),
+            Locker::Floor(w) => w.round_trips(),
+        }
+    }
+
+    /// Waits for `name` from `now_ns` until `end_ns`: `Ok(None)` when the wait ended first, and then
+    /// the contender stops.
+    async fn acquire(&self, name: &str, now_ns: u64, end_ns: u64) -> Result<Option<Held>, String> {
+        match self {
+            Locker::Leasehold { client, opts } => {
+                let max_wait = Duration::from_nanos(end_ns - now_ns);
+                match client.acquire(name, opts, max_wait).await {
+                    Ok(lease) => Ok(Some(Held::Lease(lease))),
+                    Err(leasehold::Error::WaitTimeout { .. } | leasehold::Error::Busy { .. }) => {
+                        Ok(None)
+                    }
+                    Err(e) => Err(format!("acquire: {e}")),
+                }
+            }
+            Locker::Baseline(lock) => {
+                let key = format!("bench-baseline:{name}");
+                match lock.acquire_polling(&key, end_ns).await {
+                    Ok(held) => Ok(held.map(Held::Baseline)),
+                    Err(e) => Err(format!("acquire: {e:#}")),
+                }
+            }
+            Locker::Floor(waiter) => match waiter.acquire(name, end_ns).await {
+                Ok(taken) => Ok(taken.then_some(Held::Floor)),
+                Err(e) => Err(format!("acquire: {e:#}")),
+            },
+        }
+    }
+
+    /// Releases `held`: `Ok(false)` when the lock was found lost meanwhile.
+    async fn release(&self, name: &str, held: Held) -> Result<bool, String> {
+        match (self, held) {
+            (_, Held::Lease(lease)) => match lease.release().await {
+                Ok(()) => Ok(true),
+                Err(leasehold::Error::LeaseLost { .. }) => Ok(false),
+                Err(e) => Err(format!("release: {e}")),
+            },
+            (Locker::Baseline(lock), Held::Baseline(held)) => lock
+                .release(held)
+                .await
+                .map_err(|e| format!("release: {e:#}")),
+            (Locker::Floor(waiter), Held::Floor) => waiter
+                .release(name)
+                .await
+                .map(|()| true)
+                .map_err(|e| format!("release: {e:#}")),
+            _ => Err("release: a hold released through another kind of lock".to_owned()),
         }
     }
 }
@@ -83,74 +153,36 @@ pub(crate) async fn contend(
     // Stop after a run of consecutive errors: a broken connection would otherwise spin.
     let mut consecutive_errors = 0;
     loop {
-        let now = mono_ns();
-        if now >= end_ns || consecutive_errors >= 20 {
+        let asked_ns = mono_ns();
+        if asked_ns >= end_ns || consecutive_errors >= 20 {
             break;
         }
-        let max_wait = Duration::from_nanos(end_ns - now);
-        let asked_ns = now;
-        match &locker {
-            Locker::Leasehold { client, opts } => {
-                match client.acquire(&name, opts, max_wait).await {
-                    Ok(lease) => {
-                        let acquired_ns = mono_ns();
-                        let fence = lease.fence().get();
-                        sleep_blocking(hold).await;
-                        let released_ns = mono_ns();
-                        rec.holds.push(Hold {
-                            contender,
-                            asked_ns,
-                            acquired_ns,
-                            released_ns,
-                            fence,
-                        });
-                        match lease.release().await {
-                            Ok(()) => consecutive_errors = 0,
-                            Err(leasehold::Error::LeaseLost { .. }) => rec.lost += 1,
-                            Err(e) => {
-                                consecutive_errors += 1;
-                                rec.error(format!("release: {e}"));
-                            }
-                        }
-                    }
-                    Err(leasehold::Error::WaitTimeout { .. } | leasehold::Error::Busy { .. }) => {
-                        break
-                    }
+        match locker.acquire(&name, asked_ns, end_ns).await {
+            Ok(Some(held)) => {
+                let acquired_ns = mono_ns();
+                let fence = held.fence();
+                sleep_blocking(hold).await;
+                let released_ns = mono_ns();
+                rec.holds.push(Hold {
+                    contender,
+                    asked_ns,
+                    acquired_ns,
+                    released_ns,
+                    fence,
+                });
+                match locker.release(&name, held).await {
+                    Ok(true) => consecutive_errors = 0,
+                    Ok(false) => rec.lost += 1,
                     Err(e) => {
                         consecutive_errors += 1;
-                        rec.error(format!("acquire: {e}"));
+                        rec.error(e);
                     }
                 }
             }
-            Locker::Baseline(lock) => {
-                let key = format!("bench-baseline:{name}");
-                match lock.acquire_polling(&key, end_ns).await {
-                    Ok(Some(held)) => {
-                        let acquired_ns = mono_ns();
-                        sleep_blocking(hold).await;
-                        let released_ns = mono_ns();
-                        rec.holds.push(Hold {
-                            contender,
-                            asked_ns,
-                            acquired_ns,
-                            released_ns,
-                            fence: 0,
-                        });
-                        match lock.release(held).await {
-                            Ok(true) => consecutive_errors = 0,
-                            Ok(false) => rec.lost += 1,
-                            Err(e) => {
-                                consecutive_errors += 1;
-                                rec.error(format!("release: {e:#}"));
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        consecutive_errors += 1;
-                        rec.error(format!("acquire: {e:#}"));
-                    }
-                }
+            Ok(None) => break,
+            Err(e) => {
+                consecutive_errors += 1;
+                rec.error(e);
             }
         }
     }

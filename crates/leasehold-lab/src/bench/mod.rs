@@ -8,18 +8,19 @@
 //! | scenario | what | against |
 //! |---|---|---|
 //! | S1 | one client, acquire + release of one free name | the minimal correct lock (`SET NX PX` + compare-and-delete script) |
-//! | S2 | 16 and 128 contenders on one name, 1 ms holds, as tasks and as processes: throughput, hand-over gaps, round trips, each contender's share, the longest wait | the ideal 1 / (hold + one round trip) |
+//! | S2 | 16 and 128 contenders on one name, 1 ms holds, as tasks and as processes: throughput, hand-over gaps, round trips, each contender's share, the longest wait | the floor of the mechanism (a bare FIFO hand-off between `BLPOP` waiters, run the same way), and the ideal 1 / (hold + one round trip) |
 //! | S3 | one process holding 10,000 leases with renewal on | 1 KiB per lease |
 //! | S4 | a fenced SQL transaction on PostgreSQL and SQLite | the same transaction unfenced |
 //! | S5 | S1, S2 (16 contenders) and S3 in every store this build can start or reach | the Redis store, in the same run |
 //! | S6 | election hand-over: a leader resigns, the waiting candidate leads, in every store | the same hand-over of a plain lease, alternating |
 //!
 //! Layout: [`measure`](self) (clock, histograms, commandstats, /proc), `baseline` (the reference
-//! lock), `contend` (the S2 contender loop and hold analysis), `s1`..`s4` and `s6` (one file per scenario), `stores` (S5).
+//! lock), `floor` (S2's floor of the mechanism), `contend` (the S2 contender loop and hold analysis), `s1`..`s4` and `s6` (one file per scenario), `stores` (S5).
 //! Worker processes are this same binary run as `leasehold __bench-worker`.
 
 mod baseline;
 mod contend;
+mod floor;
 mod measure;
 mod s1;
 mod s2;
@@ -157,6 +158,8 @@ pub enum LockKindArg {
     Leasehold,
     /// The baseline lock, polling.
     BaselinePoll,
+    /// The floor of the mechanism: a bare FIFO hand-off.
+    FifoFloor,
 }
 
 impl From<LockKindArg> for LockKind {
@@ -164,6 +167,7 @@ impl From<LockKindArg> for LockKind {
         match k {
             LockKindArg::Leasehold => LockKind::Leasehold,
             LockKindArg::BaselinePoll => LockKind::BaselinePoll,
+            LockKindArg::FifoFloor => LockKind::FifoFloor,
         }
     }
 }
@@ -350,6 +354,8 @@ impl Bench<'_> {
         for contenders in [16, 128] {
             for mode in [Mode::Tasks, Mode::Processes] {
                 configs.push((LockKind::Leasehold, mode, contenders));
+                // Right after leasehold's, so that both see the machine's load of the moment.
+                configs.push((LockKind::FifoFloor, mode, contenders));
             }
             if self.args.baseline_s2 {
                 configs.push((LockKind::BaselinePoll, Mode::Tasks, contenders));
@@ -370,7 +376,19 @@ impl Bench<'_> {
             let (url, exe, opts) = (self.url.clone(), self.worker_exe.clone(), opts.clone());
             let redis_pid = self.redis_pid;
             match guarded(async move { s2::run(&cfg, &url, redis_pid, &exe, &opts).await }).await {
-                Ok(row) => report.s2.push(row),
+                Ok(row) => {
+                    if lock == LockKind::FifoFloor {
+                        let same = |r: &&mut s2::S2Row| {
+                            r.lock == LockKind::Leasehold
+                                && r.mode == mode
+                                && r.contenders == contenders
+                        };
+                        if let Some(lh) = report.s2.iter_mut().rev().find(same) {
+                            lh.compare_with_floor(&row);
+                        }
+                    }
+                    report.s2.push(row);
+                }
                 Err(e) => {
                     report.failures.insert(
                         format!("s2 {lock:?} {mode:?} {contenders}").to_lowercase(),

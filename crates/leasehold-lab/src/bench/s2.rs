@@ -1,6 +1,8 @@
 //! S2, contended: N contenders on one name, each holding it for 1 ms, as tasks of one process or as
-//! separate processes; throughput against the ideal of 1 / (hold + one round trip), handoff gaps, round
-//! trips and Redis commands per acquisition, overlapping holds.
+//! separate processes; throughput against the floor of the mechanism (a bare FIFO hand-off run the
+//! same way, right after) and against the ideal of 1 / (hold + one round trip), handoff gaps, round
+//! trips and Redis commands per acquisition, overlapping holds. Limit: each pair of runs shares the
+//! machine's load only as far as two runs a few seconds apart do.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,6 +14,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 use super::baseline::BaselineLock;
 use super::contend::{analyze, contend, ContenderRecord, Locker};
+use super::floor::FifoFloor;
 use super::measure::{
     connected_clients, mono_ns, ping_rtt_us, process_cpu_seconds, round3, CommandStats,
 };
@@ -34,6 +37,19 @@ pub(crate) enum LockKind {
     Leasehold,
     /// The baseline `SET NX PX` lock, polling every 0.5–1.5 ms while busy.
     BaselinePoll,
+    /// The floor of the mechanism: a bare FIFO hand-off between `BLPOP` waiters (`floor.rs`).
+    FifoFloor,
+}
+
+impl LockKind {
+    /// Its name on the worker's command line and in the report's table.
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            LockKind::Leasehold => "leasehold",
+            LockKind::BaselinePoll => "baseline-poll",
+            LockKind::FifoFloor => "fifo-floor",
+        }
+    }
 }
 
 /// One S2 configuration.
@@ -89,7 +105,40 @@ pub(crate) struct S2Row {
     pub(crate) max_wait_bound_us: f64,
     /// CPU the redis-server used during the run, as a share of one core.
     pub(crate) redis_cpu_share: f64,
+    #[serde(flatten)]
+    pub(crate) floor: FloorFigures,
     pub(crate) targets_met: S2Targets,
+}
+
+/// The floor of the mechanism in the same configuration, run right after leasehold in the same
+/// run: set on leasehold's rows, null on the others and when the floor did not run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(crate) struct FloorFigures {
+    /// The floor's acquisitions/s.
+    pub(crate) floor_acquisitions_per_s: Option<f64>,
+    /// leasehold's acquisitions/s ÷ the floor's.
+    pub(crate) throughput_vs_floor: Option<f64>,
+    /// The floor's handoff gap, median and 99th percentile, in µs.
+    pub(crate) floor_handoff_p50_us: Option<f64>,
+    pub(crate) floor_handoff_p99_us: Option<f64>,
+    /// Redis commands per acquisition of the floor (8 when every acquisition is a hand-off).
+    pub(crate) floor_commands_per_acquisition: Option<f64>,
+}
+
+impl S2Row {
+    /// Takes the floor's figures from `floor`, the floor's row of this configuration in this run.
+    pub(crate) fn compare_with_floor(&mut self, floor: &S2Row) {
+        let ratio = (floor.acquisitions_per_s > 0.0)
+            .then(|| self.acquisitions_per_s / floor.acquisitions_per_s);
+        self.floor = FloorFigures {
+            floor_acquisitions_per_s: Some(floor.acquisitions_per_s),
+            throughput_vs_floor: ratio.map(round3),
+            floor_handoff_p50_us: Some(floor.handoff_p50_us),
+            floor_handoff_p99_us: Some(floor.handoff_p99_us),
+            floor_commands_per_acquisition: Some(floor.commands_per_acquisition),
+        };
+        self.targets_met.throughput_at_least_0_95_floor = ratio.map(|r| r >= 0.95);
+    }
 }
 
 /// Issue targets for S2, evaluated on this run. The first four are the earlier, looser targets,
@@ -114,6 +163,9 @@ pub(crate) struct S2Targets {
     pub(crate) shares_within_10_percent: bool,
     /// The longest wait at most 1.5 × contenders × (mean hold + round trip).
     pub(crate) max_wait_within_bound: bool,
+    /// Acquisitions/s at least 0.95 × the floor of the mechanism's in the same configuration (null
+    /// when not compared).
+    pub(crate) throughput_at_least_0_95_floor: Option<bool>,
 }
 
 /// Runs one configuration against the redis-server at `url` (process id `redis_pid`).
@@ -129,6 +181,7 @@ pub(crate) async fn run(
         match cfg.lock {
             LockKind::Leasehold => "lh",
             LockKind::BaselinePoll => "base",
+            LockKind::FifoFloor => "floor",
         },
         cfg.mode,
         cfg.contenders,
@@ -204,6 +257,7 @@ pub(crate) async fn run(
         max_wait_us: round3(max_wait_us),
         max_wait_bound_us: round3(max_wait_bound_us),
         redis_cpu_share: round3(redis_cpu.unwrap_or(0.0) / seconds),
+        floor: FloorFigures::default(),
         targets_met: S2Targets {
             cross_handoff_p99_under_2ms: a.cross_handoffs.len() > 0 && cross_p99_us < 2000.0,
             round_trips_at_most_4: a.acquisitions > 0 && rt_per_acq <= 4.0,
@@ -214,6 +268,7 @@ pub(crate) async fn run(
             throughput_at_least_0_95_ideal: acquisitions_per_s >= 0.95 * ideal,
             shares_within_10_percent: a.acquisitions > 0 && share_min >= 0.9 && share_max <= 1.1,
             max_wait_within_bound: a.acquisitions > 0 && max_wait_us <= max_wait_bound_us,
+            throughput_at_least_0_95_floor: None,
         },
     };
     Ok(row)
@@ -228,30 +283,23 @@ async fn run_tasks(
     probe: &mut redis::aio::MultiplexedConnection,
     redis_pid: Option<u32>,
 ) -> anyhow::Result<RunOutput> {
-    let locker = match cfg.lock {
-        LockKind::Leasehold => Locker::Leasehold {
-            client: leasehold::LeaseClient::connect(url)
-                .await
-                .context("connecting leasehold for S2")?,
-            opts: lease_opts.clone(),
-        },
-        LockKind::BaselinePoll => {
-            Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?)
-        }
-    };
+    // Kept until the connections are counted: the floor's waiters close theirs when dropped.
+    let lockers = connect_lockers(cfg.lock, url, lease_opts, cfg.contenders).await?;
+    let counter = lockers.first().context("S2 needs a contender")?;
     let stats0 = CommandStats::read(probe).await?;
     let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
-    let rt0 = locker.round_trips();
+    let rt0 = counter.round_trips();
     let start = mono_ns();
     let end = start + cfg.duration.as_nanos() as u64;
     let tasks: Vec<_> = (0..cfg.contenders)
-        .map(|i| tokio::spawn(contend(locker.clone(), name.to_owned(), i, cfg.hold, end)))
+        .zip(lockers.iter().cloned())
+        .map(|(i, locker)| tokio::spawn(contend(locker, name.to_owned(), i, cfg.hold, end)))
         .collect();
     let mut records = Vec::with_capacity(tasks.len());
     for t in tasks {
         records.push(t.await.context("an S2 contender task panicked")?);
     }
-    let round_trips = locker.round_trips() - rt0;
+    let round_trips = counter.round_trips() - rt0;
     let connections = connected_clients(probe).await?;
     let stats1 = CommandStats::read(probe).await?;
     let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
@@ -264,6 +312,39 @@ async fn run_tasks(
         cpu,
         connections,
     ))
+}
+
+/// One locker per contender, connected before the start signal. leasehold's contenders are clones
+/// of one client (its tasks queue behind one waiter in Redis) and the baseline's share one
+/// connection; each floor waiter has a connection and a wake list of its own. All lockers of one
+/// call share one request counter.
+async fn connect_lockers(
+    lock: LockKind,
+    url: &str,
+    lease_opts: &leasehold::LeaseOptions,
+    contenders: u32,
+) -> anyhow::Result<Vec<Locker>> {
+    let n = contenders as usize;
+    Ok(match lock {
+        LockKind::Leasehold => {
+            let client = leasehold::LeaseClient::connect(url)
+                .await
+                .context("connecting leasehold for S2")?;
+            let opts = lease_opts.clone();
+            vec![Locker::Leasehold { client, opts }; n]
+        }
+        LockKind::BaselinePoll => {
+            vec![Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?); n]
+        }
+        LockKind::FifoFloor => {
+            let floor = FifoFloor::new(url)?;
+            let mut lockers = Vec::with_capacity(n);
+            for _ in 0..n {
+                lockers.push(Locker::Floor(floor.waiter().await?));
+            }
+            lockers
+        }
+    })
 }
 
 type RunOutput = (
@@ -286,10 +367,7 @@ async fn run_processes(
     probe: &mut redis::aio::MultiplexedConnection,
     redis_pid: Option<u32>,
 ) -> anyhow::Result<RunOutput> {
-    let lock = match cfg.lock {
-        LockKind::Leasehold => "leasehold",
-        LockKind::BaselinePoll => "baseline-poll",
-    };
+    let lock = cfg.lock.arg();
     let mut children = Vec::with_capacity(cfg.contenders as usize);
     for i in 0..cfg.contenders {
         let child = tokio::process::Command::new(worker_exe)
@@ -382,17 +460,10 @@ pub(crate) async fn worker(
     lock: LockKind,
     lease_opts: leasehold::LeaseOptions,
 ) -> anyhow::Result<()> {
-    let locker = match lock {
-        LockKind::Leasehold => Locker::Leasehold {
-            client: leasehold::LeaseClient::connect(url)
-                .await
-                .context("connecting leasehold")?,
-            opts: lease_opts.clone(),
-        },
-        LockKind::BaselinePoll => {
-            Locker::Baseline(BaselineLock::connect(url, lease_opts.ttl()).await?)
-        }
-    };
+    let locker = connect_lockers(lock, url, &lease_opts, 1)
+        .await?
+        .pop()
+        .context("S2 worker without a locker")?;
     let mut stdout = tokio::io::stdout();
     stdout.write_all(b"ready\n").await?;
     stdout.flush().await?;

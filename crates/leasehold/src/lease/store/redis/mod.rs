@@ -364,11 +364,17 @@ impl RedisStore {
         &self,
         phase: Phase,
         held: &[Held<'_>],
-        script: impl Fn(&Held<'_>) -> redis::ScriptInvocation<'static>,
+        script: impl Fn(usize, &Held<'_>) -> redis::ScriptInvocation<'static>,
     ) -> Result<Vec<Result<bool>>> {
         let mut out = Vec::with_capacity(held.len());
         for chunk in held.chunks(CHUNK) {
-            let invs: Vec<_> = chunk.iter().map(&script).collect();
+            // `script` learns each call's place in its pipeline (a renewal reads the server's clock
+            // in the first call only).
+            let invs: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, h)| script(i, h))
+                .collect();
             let mut con = self.shared.clone();
             let sent = Instant::now();
             let replies = within(
@@ -722,8 +728,14 @@ impl Store for RedisStore {
     /// renew.lua (sem_renew.lua for a permit) for each lease, pipelined; the server's time in each
     /// reply teaches the store's clock rate (one server only).
     async fn renew(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
-        self.flags(Phase::Renew, held, |h| {
-            scripts::renew(&self.lock_key(h.name), h.token, h.opts.ttl, h.opts.permits)
+        self.flags(Phase::Renew, held, |i, h| {
+            scripts::renew(
+                &self.lock_key(h.name),
+                h.token,
+                h.opts.ttl,
+                h.opts.permits,
+                i == 0,
+            )
         })
         .await
     }
@@ -733,7 +745,7 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
-        self.flags(Phase::Release, held, |h| {
+        self.flags(Phase::Release, held, |_, h| {
             scripts::release_at(
                 &self.lock_key(h.name),
                 h.token,

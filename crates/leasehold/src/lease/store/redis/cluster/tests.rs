@@ -107,7 +107,7 @@ async fn acquire_twice_is_one_lease(con: &mut ClusterConn, k: &LeaseKeys, name: 
 /// The holder's renewal twice renews, its release twice says released.
 async fn renew_and_release_twice(con: &mut ClusterConn, k: &LeaseKeys, name: &str) {
     for _ in 0..2 {
-        let v: Value = scripts::invoke(con, &scripts::renew(&k.lock, "a", 30 * SEC, 1))
+        let v: Value = scripts::invoke(con, &scripts::renew(&k.lock, "a", 30 * SEC, 1, true))
             .await
             .unwrap();
         assert!(scripts::flag(Ok(v)).unwrap(), "{name}: renewed");

@@ -432,13 +432,14 @@ pub(crate) fn abandon(
 }
 
 /// renew.lua (a lock) or sem_renew.lua (a permit): reset its TTL to `ttl` if `token` holds it.
-/// Replies `{1, seconds, microseconds}` (the server's time) when it was ours, 0 when not
-/// ([`renewed`] reads it).
+/// Replies whether it was ours ([`renewed`] reads it) and, when `clock` asks for it (sem_renew.lua
+/// always), the server's time.
 pub(crate) fn renew(
     lock_key: &str,
     token: &str,
     ttl: Duration,
     permits: u32,
+    clock: bool,
 ) -> ScriptInvocation<'static> {
     let mut inv = if permits > 1 {
         SEM_RENEW.prepare_invoke()
@@ -451,6 +452,9 @@ pub(crate) fn renew(
         inv.key(never_key(lock_key));
     }
     inv.arg(token).arg(ms(ttl));
+    if permits == 1 {
+        inv.arg(if clock { "1" } else { "0" });
+    }
     inv
 }
 

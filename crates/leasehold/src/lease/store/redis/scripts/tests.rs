@@ -428,9 +428,12 @@ async fn every_script_run_twice_has_the_effect_of_running_once() {
     assert_eq!(queue(&mut con, &k).await, ["w"]);
     let mut times = Vec::new();
     for _ in 0..2 {
-        let (ours, at) = super::renewed(Ok(invoke(&mut con, &renew(&k.lock, "a", 30 * SEC, 1))
-            .await
-            .unwrap()))
+        let (ours, at) = super::renewed(Ok(invoke(
+            &mut con,
+            &renew(&k.lock, "a", 30 * SEC, 1, true),
+        )
+        .await
+        .unwrap()))
         .unwrap();
         assert!(ours, "renewed");
         times.push(at.expect("a renewal carries the server's time"));
@@ -442,9 +445,20 @@ async fn every_script_run_twice_has_the_effect_of_running_once() {
         (now.0 * 1_000_000 + now.1 - times[1]).abs() < 5_000_000,
         "{times:?} vs {now:?}"
     );
+    // Not asked for the clock: ours, and no time read.
+    assert_eq!(
+        super::renewed(Ok(invoke(
+            &mut con,
+            &renew(&k.lock, "a", 30 * SEC, 1, false)
+        )
+        .await
+        .unwrap()))
+        .unwrap(),
+        (true, None)
+    );
     // Not ours: 0, no time, nothing touched.
     assert_eq!(
-        super::renewed(Ok(invoke(&mut con, &renew(&k.lock, "z", SEC, 1))
+        super::renewed(Ok(invoke(&mut con, &renew(&k.lock, "z", SEC, 1, true))
             .await
             .unwrap()))
         .unwrap(),
@@ -664,9 +678,12 @@ async fn a_semaphore_admits_its_permits_then_queues_and_hands_each_freed_permit_
     assert!(sem_release(&mut con, &k, "b").await);
     assert_eq!(holders(&mut con, &k).await.len(), 3);
     // A permit nobody renews runs out; the next contact gives it away.
-    let renewed: Value = invoke(&mut con, &renew(&k.lock, "a", Duration::from_millis(1), 3))
-        .await
-        .unwrap();
+    let renewed: Value = invoke(
+        &mut con,
+        &renew(&k.lock, "a", Duration::from_millis(1), 3, true),
+    )
+    .await
+    .unwrap();
     assert!(matches!(super::renewed(Ok(renewed)), Ok((true, Some(_)))));
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(

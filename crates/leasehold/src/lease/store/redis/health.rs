@@ -31,6 +31,8 @@ pub(crate) struct NodeFacts {
     pub(crate) policy: String,
     /// `evicted_keys` since the server started.
     pub(crate) evicted_keys: u64,
+    /// `redis_version`, major and minor (`None` when the server does not say).
+    pub(crate) version: Option<(u32, u32)>,
 }
 
 impl NodeFacts {
@@ -47,6 +49,12 @@ impl NodeFacts {
                 "maxmemory" => f.maxmemory = v.parse().unwrap_or(0),
                 "maxmemory_policy" => f.policy = v.to_owned(),
                 "evicted_keys" => f.evicted_keys = v.parse().unwrap_or(0),
+                "redis_version" => {
+                    let mut parts = v.split('.').map(str::parse::<u32>);
+                    if let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) {
+                        f.version = Some((major, minor));
+                    }
+                }
                 _ => {}
             }
         }
@@ -89,12 +97,27 @@ pub(crate) async fn facts<C: ConnectionLike>(con: &mut C) -> RedisResult<NodeFac
     }
 }
 
-/// Refuses a replica, and an evicting node unless `allow_eviction`.
+/// The oldest Redis the lease scripts run on: they take a free lock with `SET ... NX GET`, which
+/// Redis accepts from 7.0 on.
+pub(crate) const OLDEST_REDIS: (u32, u32) = (7, 0);
+
+/// Refuses a server older than [`OLDEST_REDIS`], a replica, and an evicting node unless
+/// `allow_eviction`.
 ///
 /// # Errors
 ///
 /// [`Error::Misconfigured`] naming the node and what to do.
 pub(crate) fn check(node: &str, facts: &NodeFacts, allow_eviction: bool) -> Result<()> {
+    if let Some((major, minor)) = facts.version.filter(|v| *v < OLDEST_REDIS) {
+        return Err(Error::Misconfigured {
+            what: format!("Redis node `{node}`"),
+            found: format!(
+                "it runs Redis {major}.{minor}; leasehold's lease scripts need Redis {}.{} or later (they take a free lock with SET ... NX GET)",
+                OLDEST_REDIS.0, OLDEST_REDIS.1
+            ),
+            fix: "upgrade the server to Redis 7.0 or later".into(),
+        });
+    }
     if facts.is_replica() {
         return Err(replica(node));
     }
@@ -235,5 +258,22 @@ mod tests {
         );
         let f = NodeFacts::parse("maxmemory:100\r\nmaxmemory_policy:noeviction\r\nrole:master\r\n");
         assert!(!f.can_evict());
+    }
+
+    #[test]
+    fn a_server_older_than_redis_7_is_refused_naming_its_version() {
+        let old = NodeFacts::parse("# Server\r\nredis_version:6.2.14\r\nrole:master\r\n");
+        assert_eq!(old.version, Some((6, 2)));
+        let e = check("redis://h:1", &old, true).unwrap_err().to_string();
+        assert!(e.contains("6.2") && e.contains("7.0 or later"), "{e}");
+        for ok in [
+            "redis_version:7.0.15",
+            "redis_version:7.4.1",
+            "redis_version:8.0.0",
+            "role:master",
+        ] {
+            let f = NodeFacts::parse(ok);
+            assert!(check("redis://h:1", &f, false).is_ok(), "{ok}");
+        }
     }
 }

@@ -615,22 +615,14 @@ impl LeaseClient {
             }
             guard.req.wait = left;
             guard.armed = true;
-            let step = match block_first.take() {
-                Some(holder_remaining) => {
-                    let block = waiters::block_for(Some(holder_remaining), left);
-                    self.store()
-                        .wait_turn(&guard.req, block)
-                        .await
-                        .map(|turn| match turn {
-                            Turn::Taken(grant) => Attempt::Taken(grant),
-                            Turn::AskAgain => Attempt::Busy { remaining: None },
-                        })
-                }
-                None => {
-                    let block = waiters::block_for(holder_remaining.take(), left);
-                    self.store().acquire_or_wait(&guard.req, block).await
-                }
-            };
+            let step = self
+                .wait_step(
+                    &guard.req,
+                    block_first.take(),
+                    holder_remaining.take(),
+                    left,
+                )
+                .await;
             guard.armed = false;
             let failed = match step {
                 Ok(Attempt::Taken(grant)) => {
@@ -656,6 +648,32 @@ impl LeaseClient {
                 guard.abandon_now().await;
             }
             return Err(failed);
+        }
+    }
+
+    /// One step of a wait: block for a hand-over at once when the previous head's release is sure
+    /// to wake a waiter (`block_first`, that holder's remaining TTL), otherwise ask the store (taking
+    /// the lease or queueing and blocking), blocking no longer than `holder_remaining` plus jitter.
+    async fn wait_step(
+        &self,
+        req: &Request<'_>,
+        block_first: Option<Duration>,
+        holder_remaining: Option<Duration>,
+        left: Duration,
+    ) -> Result<Attempt> {
+        match block_first {
+            Some(first) => {
+                let block = waiters::block_for(Some(first), left);
+                let turn = self.store().wait_turn(req, block).await?;
+                Ok(match turn {
+                    Turn::Taken(grant) => Attempt::Taken(grant),
+                    Turn::AskAgain => Attempt::Busy { remaining: None },
+                })
+            }
+            None => {
+                let block = waiters::block_for(holder_remaining, left);
+                self.store().acquire_or_wait(req, block).await
+            }
         }
     }
 

@@ -132,6 +132,62 @@ fn grant_is_stale(grant: &HandOver, queued_us: i64) -> bool {
     grant.at_us < queued_us
 }
 
+/// What one acquire-or-wait round trip came to, its connection still fit for the next one.
+enum WaitStep {
+    /// The lease is ours (taken by the script or handed over while we blocked); a replica wait may
+    /// follow on the same connection.
+    Granted(Grant),
+    /// The step's outcome as it is: busy, or refused.
+    Done(Result<Attempt>),
+}
+
+/// Reads acquire.lua's reply and what the `BLPOP` after it popped (`None`: the block ended). An
+/// error here (a grant that does not parse) leaves the connection in doubt: the caller drops it.
+fn wait_outcome(
+    req: &Request<'_>,
+    reply: AcquireReply,
+    popped: Option<(String, String)>,
+    sent: Instant,
+    received: Instant,
+) -> Result<WaitStep> {
+    Ok(match reply {
+        AcquireReply::Taken { fence, ttl_ms, .. } => WaitStep::Granted(Grant {
+            fence: Fence::new(fence),
+            since: sent,
+            ttl: granted_ttl(ttl_ms, req),
+            wakes_next: false,
+        }),
+        AcquireReply::Busy {
+            pttl_ms,
+            server_us: queued_us,
+            ..
+        } => {
+            let Some((_, grant)) = popped else {
+                // The holder's TTL was read before the block: what is left of it now.
+                let blocked = received.saturating_duration_since(sent);
+                return Ok(WaitStep::Done(Ok(Attempt::Busy {
+                    remaining: ms_reply(pttl_ms).map(|r| r.saturating_sub(blocked)),
+                })));
+            };
+            let h = HandOver::parse(&grant).map_err(redis_error(Phase::Wait))?;
+            if grant_is_stale(&h, queued_us) {
+                // Made for an earlier step, for a lock that is gone since (deleted by someone
+                // else): not a lease. The next step asks again.
+                return Ok(WaitStep::Done(Ok(Attempt::Busy { remaining: None })));
+            }
+            tracing::trace!(lease = req.name, fence = h.fence, "handed over");
+            WaitStep::Granted(Grant {
+                fence: Fence::new(h.fence),
+                since: handed_since(sent, received, queued_us, h.at_us),
+                ttl: granted_ttl(h.ttl_ms, req),
+                wakes_next: false,
+            })
+        }
+        AcquireReply::GivenUp => WaitStep::Done(Err(given_up())),
+        AcquireReply::PermitsInUse { permits } => WaitStep::Done(Err(permits_in_use(req, permits))),
+    })
+}
+
 impl RedisStore {
     fn keys(&self, name: &str) -> LeaseKeys {
         LeaseKeys::for_checked(&self.prefix, name)
@@ -637,50 +693,11 @@ impl Store for RedisStore {
             // Taken: the BLPOP after it returned at once, so the round trip is a fair sample.
             self.learn_time(sent, received, at);
         }
-        let grant = match reply {
-            AcquireReply::Taken { fence, ttl_ms, .. } => Grant {
-                fence: Fence::new(fence),
-                since: sent,
-                ttl: granted_ttl(ttl_ms, req),
-                wakes_next: false,
-            },
-            AcquireReply::Busy {
-                pttl_ms,
-                server_us: queued_us,
-                ..
-            } => match popped {
-                None => {
-                    self.blocking.put(con);
-                    // The holder's TTL was read before the block: what is left of it now.
-                    let blocked = received.saturating_duration_since(sent);
-                    return Ok(Attempt::Busy {
-                        remaining: ms_reply(pttl_ms).map(|r| r.saturating_sub(blocked)),
-                    });
-                }
-                Some((_, grant)) => {
-                    let h = HandOver::parse(&grant).map_err(redis_error(Phase::Wait))?;
-                    if grant_is_stale(&h, queued_us) {
-                        // Made for an earlier step, for a lock that is gone since (deleted by
-                        // someone else): not a lease. The next step asks again.
-                        self.blocking.put(con);
-                        return Ok(Attempt::Busy { remaining: None });
-                    }
-                    tracing::trace!(lease = req.name, fence = h.fence, "handed over");
-                    Grant {
-                        fence: Fence::new(h.fence),
-                        since: handed_since(sent, received, queued_us, h.at_us),
-                        ttl: granted_ttl(h.ttl_ms, req),
-                        wakes_next: false,
-                    }
-                }
-            },
-            AcquireReply::GivenUp => {
+        let grant = match wait_outcome(req, reply, popped, sent, received)? {
+            WaitStep::Granted(grant) => grant,
+            WaitStep::Done(outcome) => {
                 self.blocking.put(con);
-                return Err(given_up());
-            }
-            AcquireReply::PermitsInUse { permits } => {
-                self.blocking.put(con);
-                return Err(permits_in_use(req, permits));
+                return outcome;
             }
         };
         let Some((numreplicas, wait_timeout, policy)) = req.opts.replicas else {

@@ -51,6 +51,7 @@ pub struct Schedule {
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
+#[non_exhaustive]
 pub struct Slot {
     /// Its number: slots since the epoch (plus offset), in periods.
     pub index: u64,
@@ -112,17 +113,23 @@ impl Schedule {
         self.period
     }
 
+    /// Slot number `index` of this schedule (the one that starts `index` periods after the epoch,
+    /// plus the offset).
+    pub fn slot(&self, index: u64) -> Slot {
+        let (p, off) = (millis(self.period).max(1), millis(self.offset));
+        Slot {
+            index,
+            start_unix_ms: index.saturating_mul(p).saturating_add(off),
+        }
+    }
+
     /// The slot whose start is nearest to `t`: every time within half a period of a slot's start
     /// maps to that slot (the half-way point to the next).
     pub fn slot_at(&self, t: SystemTime) -> Slot {
         let (p, off) = (millis(self.period).max(1), millis(self.offset));
         let since = unix_ms(t).saturating_sub(off);
         // Nearest, not floor: `since + p/2` divided down.
-        let index = since.saturating_add(p / 2) / p;
-        Slot {
-            index,
-            start_unix_ms: index.saturating_mul(p).saturating_add(off),
-        }
+        self.slot(since.saturating_add(p / 2) / p)
     }
 
     /// The first slot that starts after `t`, and how long until it does: what an in-process

@@ -8,13 +8,20 @@ mod sql_support;
 
 use leasehold::db::Param;
 use leasehold::inbox::Delivery;
-use leasehold::schedule::{record_in, Slot};
+use leasehold::schedule::{record_in, Schedule, Slot};
 use sql_support::{each_backend, exec, scalar};
 
-const SLOT: Slot = Slot {
-    index: 493_000,
-    start_unix_ms: 493_000 * 3_600_000,
-};
+/// An hourly job's slot number `index`.
+fn hourly(index: u64) -> Slot {
+    Schedule::every(std::time::Duration::from_secs(3_600))
+        .unwrap()
+        .slot(index)
+}
+
+/// The slot these tests record.
+fn slot() -> Slot {
+    hourly(493_000)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_of_one_slot_write_once_when_the_slot_is_recorded_with_the_writes() {
@@ -30,14 +37,14 @@ async fn two_runs_of_one_slot_write_once_when_the_slot_is_recorded_with_the_writ
             async move {
                 let mut tx = db.begin().await.unwrap();
                 if recorded
-                    && record_in(&mut tx, "invoicing", SLOT).await.unwrap() == Delivery::Duplicate
+                    && record_in(&mut tx, "invoicing", slot()).await.unwrap() == Delivery::Duplicate
                 {
                     tx.rollback().await.unwrap();
                     return false;
                 }
                 tx.execute(
                     "INSERT INTO invoices (slot, total) VALUES ($1, 100)",
-                    &[Param::I64(SLOT.index as i64)],
+                    &[Param::I64(slot().index as i64)],
                 )
                 .await
                 .unwrap();
@@ -61,22 +68,19 @@ async fn two_runs_of_one_slot_write_once_when_the_slot_is_recorded_with_the_writ
         assert_eq!(count().await, Some(1), "{:?}: once per slot", t.backend());
         // Another slot, or another job, is its own.
         let mut tx = db.begin().await.unwrap();
-        let next = Slot {
-            index: SLOT.index + 1,
-            ..SLOT
-        };
+        let next = hourly(slot().index + 1);
         assert_eq!(
             record_in(&mut tx, "invoicing", next).await.unwrap(),
             Delivery::First
         );
         assert_eq!(
-            record_in(&mut tx, "payroll", SLOT).await.unwrap(),
+            record_in(&mut tx, "payroll", slot()).await.unwrap(),
             Delivery::First
         );
         tx.rollback().await.unwrap();
         // A job name the inbox cannot key is refused, nothing written.
         let mut tx = db.begin().await.unwrap();
-        assert!(record_in(&mut tx, &"j".repeat(300), SLOT).await.is_err());
+        assert!(record_in(&mut tx, &"j".repeat(300), slot()).await.is_err());
         tx.rollback().await.unwrap();
     }
 }

@@ -38,6 +38,7 @@ const ANCHORS: usize = 16;
 /// (outside the crate) that learns its clock's rate returns one from
 /// [`Store::clock_rate`](crate::lease::store::Store::clock_rate).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct ClockRate {
     /// The likeliest rate (over the samples' midpoints).
     pub mid: f64,
@@ -47,6 +48,11 @@ pub struct ClockRate {
 }
 
 impl ClockRate {
+    /// A rate of `mid` store seconds per local second at likeliest, `high` at most.
+    pub fn new(mid: f64, high: f64) -> Self {
+        ClockRate { mid, high }
+    }
+
     /// By how much the store's clock runs faster than ours, in parts per million (0 when it is not
     /// faster).
     pub(crate) fn fast_per_million(&self) -> u32 {

@@ -573,10 +573,9 @@ pub async fn a_slot_runs_once_and_its_record_is_kept(env: impl Harness) {
         other => panic!("done means done: {other:?}"),
     }
     // Another slot of the same job is its own.
-    let next = crate::schedule::Slot {
-        index: slot.index + 1,
-        start_unix_ms: slot.start_unix_ms + 60_000,
-    };
+    let next = Schedule::every(Duration::from_secs(60))
+        .unwrap()
+        .slot(slot.index + 1);
     let Claim::Run(later) = claim(&a, "report", next, &o, 3, "replica-a").await.unwrap() else {
         panic!("the next slot runs");
     };

@@ -246,12 +246,14 @@ impl Drop for AbandonGuard<'_> {
             self.req.opts.clone(),
             self.req.wait,
         );
+        let step = self.req.step;
         rt.spawn(async move {
             let req = Request {
                 name: &name,
                 token: &token,
                 opts: &opts,
                 wait,
+                step,
             };
             // One retry: an abandon that fails twice leaves anything taken to expire after its TTL.
             for _ in 0..2 {
@@ -507,6 +509,7 @@ impl LeaseClient {
                 token: &token,
                 opts,
                 wait: Duration::ZERO,
+                step: 0,
             },
             armed: false,
         };
@@ -592,6 +595,7 @@ impl LeaseClient {
                 token: &token,
                 opts,
                 wait: max_wait,
+                step: 0,
             },
             armed: false,
         };
@@ -624,6 +628,7 @@ impl LeaseClient {
                 )
                 .await;
             guard.armed = false;
+            guard.req.step = guard.req.step.saturating_add(1);
             let failed = match step {
                 Ok(Attempt::Taken(grant)) => {
                     // The next head may skip asking only when this hold's release is sure to wake

@@ -212,6 +212,10 @@ pub struct Request<'a> {
     /// How long the caller will wait if the lease is busy (zero: it will not): its time left at each
     /// step of a wait.
     pub wait: Duration,
+    /// Which step of a wait this is: 0 for the first request made with this token (none before it
+    /// reached the store, so nothing the store left for this token can be older than it), 1 and up
+    /// for the steps after it.
+    pub step: u32,
 }
 
 /// A lease a store granted.

@@ -123,7 +123,8 @@ fn handed_since(sent: Instant, received: Instant, queued_us: i64, handed_us: i64
 }
 
 /// Whether a grant popped after a busy step was made before that step ran: a grant for an earlier
-/// step whose lock was deleted before its first TTL ran out (the grant lives as long as that TTL, so
+/// step (so never on a wait's first step, whose token is new) whose lock was deleted before its
+/// first TTL ran out (the grant lives as long as that TTL, so
 /// it cannot outlive the lock any other way). The hand-over's time is no later than the hand-over,
 /// the step's no earlier than the step (each the server's clock or a bound of it), so a grant made
 /// for this step is never taken for stale; one made less than the bounds' width after it may be,
@@ -170,7 +171,7 @@ fn wait_outcome(
                 })));
             };
             let h = HandOver::parse(&grant).map_err(redis_error(Phase::Wait))?;
-            if grant_is_stale(&h, queued_us) {
+            if req.step > 0 && grant_is_stale(&h, queued_us) {
                 // Made for an earlier step, for a lock that is gone since (deleted by someone
                 // else): not a lease. The next step asks again.
                 return Ok(WaitStep::Done(Ok(Attempt::Busy { remaining: None })));
@@ -243,6 +244,7 @@ impl RedisStore {
             req.opts.clone(),
             req.wait,
         );
+        let step = req.step;
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let req = Request {
@@ -250,6 +252,7 @@ impl RedisStore {
                 token: &token,
                 opts: &opts,
                 wait,
+                step,
             };
             let r = this.acquire_replicated_here(&req, replicas).await;
             if let Err(Ok(Attempt::Taken(_))) = tx.send(r) {
@@ -841,5 +844,51 @@ mod tests {
         assert_eq!(handed_since(sent, received, 1_200_000, 1_000_000), sent);
         // Never after the grant was in hand.
         assert_eq!(handed_since(sent, received, 0, 9_000_000), received);
+    }
+
+    /// A grant whose time reads earlier than the step that popped it: refused from the second
+    /// step on (it may be left from an earlier step, for a lock deleted since), taken on the first
+    /// (the token is new, so nothing earlier can have left it; the times differ only by the width
+    /// of the clock estimates, which would otherwise cost a waiter handed the lease soon after its
+    /// first step one more round trip).
+    #[test]
+    fn an_early_looking_grant_is_stale_only_after_the_first_step() {
+        let opts = crate::lease::LeaseOptions::with_ttl(Duration::from_secs(5)).unwrap();
+        let busy = AcquireReply::Busy {
+            pttl_ms: 900,
+            server_us: 2_000_000,
+            exact: false,
+        };
+        let grant = Some(("wake".to_owned(), "7,1999000,5000".to_owned()));
+        let sent = Instant::now();
+        let received = sent + Duration::from_millis(2);
+        for step in [0, 1, 5] {
+            let req = Request {
+                name: "n",
+                token: "t",
+                opts: &opts,
+                wait: Duration::from_secs(1),
+                step,
+            };
+            let out = wait_outcome(&req, busy, grant.clone(), sent, received).unwrap();
+            match (step, out) {
+                (0, WaitStep::Granted(g)) => assert_eq!(g.fence, Fence::new(7)),
+                (1.., WaitStep::Done(Ok(Attempt::Busy { remaining: None }))) => {}
+                (step, _) => panic!("step {step}: wrong outcome"),
+            }
+        }
+        // A grant made after the step is taken on any step.
+        let later = Some(("wake".to_owned(), "8,2001000,5000".to_owned()));
+        let req = Request {
+            name: "n",
+            token: "t",
+            opts: &opts,
+            wait: Duration::from_secs(1),
+            step: 3,
+        };
+        assert!(matches!(
+            wait_outcome(&req, busy, later, sent, received).unwrap(),
+            WaitStep::Granted(_)
+        ));
     }
 }

@@ -119,6 +119,7 @@ impl<'a> Try<'a> {
             token: &self.token,
             opts: &self.opts,
             wait: Duration::ZERO,
+            step: 0,
         }
     }
 

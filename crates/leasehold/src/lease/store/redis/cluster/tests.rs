@@ -166,6 +166,7 @@ async fn a_batch_of_renewals_is_one_pipeline_per_master() {
             token,
             opts: &opts,
             wait: Duration::ZERO,
+            step: 0,
         };
         assert!(matches!(
             store.acquire(&req).await.unwrap(),

@@ -44,12 +44,31 @@ fn init_tracing(verbose: u8, quiet: bool) {
         .init();
 }
 
+/// The command as a shell should offer it: without the internal subcommands (the watcher and the
+/// lab's workers), which clap's completion generators would list although `-h` hides them.
+fn public_command() -> clap::Command {
+    let full = Cli::command();
+    let public: Vec<clap::Command> = full
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    let mut cmd = clap::Command::new("leasehold")
+        .version(env!("CARGO_PKG_VERSION"))
+        .args(full.get_arguments().cloned())
+        .subcommands(public);
+    if let Some(about) = full.get_about() {
+        cmd = cmd.about(about.clone());
+    }
+    cmd
+}
+
 /// `completions` and `man`: generated from the clap definitions, printed to stdout.
 fn print_generated(command: &Command) -> Option<i32> {
     let mut out = std::io::stdout().lock();
     let written = match command {
         Command::Completions(a) => {
-            clap_complete::generate(a.shell, &mut Cli::command(), "leasehold", &mut out);
+            clap_complete::generate(a.shell, &mut public_command(), "leasehold", &mut out);
             Ok(())
         }
         Command::Man => clap_mangen::Man::new(Cli::command()).render(&mut out),

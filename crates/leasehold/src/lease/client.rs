@@ -619,14 +619,8 @@ impl LeaseClient {
             }
             guard.req.wait = left;
             guard.armed = true;
-            let step = self
-                .wait_step(
-                    &guard.req,
-                    block_first.take(),
-                    holder_remaining.take(),
-                    left,
-                )
-                .await;
+            let (first, remaining) = (block_first.take(), holder_remaining.take());
+            let step = self.wait_step(&guard.req, first, remaining, left).await;
             guard.armed = false;
             guard.req.step = guard.req.step.saturating_add(1);
             let failed = match step {

@@ -409,6 +409,43 @@ async fn a_taken_step_leaves_the_grant_for_its_own_blpop() {
     assert_eq!(grant.fence, f);
 }
 
+/// The renewal of `a`'s lease, run twice: still ours, the server's clock read each time when asked
+/// (never going back), not read when not asked; a token that is not the holder's renews nothing.
+async fn renewed_twice_renews_once(con: &mut Con, k: &LeaseKeys) {
+    let mut times = Vec::new();
+    for _ in 0..2 {
+        let (ours, at) = super::renewed(Ok(invoke(con, &renew(&k.lock, "a", 30 * SEC, 1, true))
+            .await
+            .unwrap()))
+        .unwrap();
+        assert!(ours, "renewed");
+        times.push(at.expect("a renewal carries the server's time"));
+    }
+    // Twice: still ours, the server's clock read each time (it never goes back on one server).
+    assert!(times[1] >= times[0], "{times:?}");
+    let now: (i64, i64) = redis::cmd("TIME").query_async(con).await.unwrap();
+    assert!(
+        (now.0 * 1_000_000 + now.1 - times[1]).abs() < 5_000_000,
+        "{times:?} vs {now:?}"
+    );
+    // Not asked for the clock: ours, and no time read.
+    assert_eq!(
+        super::renewed(Ok(invoke(con, &renew(&k.lock, "a", 30 * SEC, 1, false))
+            .await
+            .unwrap()))
+        .unwrap(),
+        (true, None)
+    );
+    // Not ours: 0, no time, nothing touched.
+    assert_eq!(
+        super::renewed(Ok(invoke(con, &renew(&k.lock, "z", SEC, 1, true))
+            .await
+            .unwrap()))
+        .unwrap(),
+        (false, None)
+    );
+}
+
 #[tokio::test]
 async fn every_script_run_twice_has_the_effect_of_running_once() {
     // A client that retries after a reconnect sends the same call again; the first one may have
@@ -426,44 +463,7 @@ async fn every_script_run_twice_has_the_effect_of_running_once() {
         assert!(is_busy(acquire(&mut con, &k, "w", SEC).await));
     }
     assert_eq!(queue(&mut con, &k).await, ["w"]);
-    let mut times = Vec::new();
-    for _ in 0..2 {
-        let (ours, at) = super::renewed(Ok(invoke(
-            &mut con,
-            &renew(&k.lock, "a", 30 * SEC, 1, true),
-        )
-        .await
-        .unwrap()))
-        .unwrap();
-        assert!(ours, "renewed");
-        times.push(at.expect("a renewal carries the server's time"));
-    }
-    // Twice: still ours, the server's clock read each time (it never goes back on one server).
-    assert!(times[1] >= times[0], "{times:?}");
-    let now: (i64, i64) = redis::cmd("TIME").query_async(&mut con).await.unwrap();
-    assert!(
-        (now.0 * 1_000_000 + now.1 - times[1]).abs() < 5_000_000,
-        "{times:?} vs {now:?}"
-    );
-    // Not asked for the clock: ours, and no time read.
-    assert_eq!(
-        super::renewed(Ok(invoke(
-            &mut con,
-            &renew(&k.lock, "a", 30 * SEC, 1, false)
-        )
-        .await
-        .unwrap()))
-        .unwrap(),
-        (true, None)
-    );
-    // Not ours: 0, no time, nothing touched.
-    assert_eq!(
-        super::renewed(Ok(invoke(&mut con, &renew(&k.lock, "z", SEC, 1, true))
-            .await
-            .unwrap()))
-        .unwrap(),
-        (false, None)
-    );
+    renewed_twice_renews_once(&mut con, &k).await;
     // Released twice: it says released both times and hands over once.
     assert!(release(&mut con, &k, "a").await);
     assert!(

@@ -124,9 +124,25 @@ impl Keeper {
     }
 }
 
-/// Moves the parked leases into the schedule and records when the task wakes next, under one lock:
-/// a lease parked after this sees the new time, one parked before is in the schedule.
-fn take_parked(shared: &Shared, schedule: &mut Schedule) {
+/// How long the task keeps looking on its own after a lease woke it with nothing else to watch: a
+/// lease taken and released again and again (one at a time) would otherwise find the task with
+/// nothing scheduled each time and wake it each time, a thread wake-up per lease (S1 in
+/// docs/benchmarks.md). Within this, a new lease whose first renewal comes after the look is parked
+/// without a wake-up; an idle client stops looking after one quiet period.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
+/// The earlier of two times, either of which may be none.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Moves the parked leases into the schedule and records when the task wakes next (its schedule's
+/// next event, or `idle`, the end of an idle look), under one lock: a lease parked after this sees
+/// the new time, one parked before is in the schedule.
+fn take_parked(shared: &Shared, schedule: &mut Schedule, idle: Option<Instant>) {
     let mut p = shared.parked();
     for id in p.forget.drain(..) {
         schedule.forget(id);
@@ -134,7 +150,7 @@ fn take_parked(shared: &Shared, schedule: &mut Schedule) {
     for (_, state) in p.watch.drain() {
         schedule.watch(state);
     }
-    p.wakes_at = schedule.next_wake();
+    p.wakes_at = earliest(schedule.next_wake(), idle);
 }
 
 /// Upper bound on waiting for one renewal batch; a hung store is noticed by the deadline timers
@@ -162,8 +178,11 @@ async fn run(
     let look_every = store.look_every();
     let mut next_look = look_every.map(|every| Instant::now() + every);
     let looking = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The end of the current idle look, if one runs.
+    let mut idle: Option<Instant> = None;
     loop {
         let mut releases = Vec::new();
+        let mut woken = false;
         tokio::select! {
             state = dropped.recv() => {
                 let Some(state) = state else { break };
@@ -172,20 +191,26 @@ async fn run(
                     releases.push(s);
                 }
             }
-            () = shared.wake.notified() => {}
+            () = shared.wake.notified() => woken = true,
             Some((sent_at, batch)) = outcomes.recv() => {
                 let t = schedule.settle(sent_at, Instant::now(), store.clock_rate(), batch);
                 metrics::renewals("renewed", t.renewed);
                 metrics::renewals("not_ours", t.not_ours);
                 metrics::renewals("error", t.failed);
             }
-            _ = sleep_until_opt(schedule.next_wake()) => {}
+            _ = sleep_until_opt(earliest(schedule.next_wake(), idle)) => {}
             _ = sleep_until_opt(next_look) => {
                 next_look = look_every.map(|every| Instant::now() + every);
                 look_in_background(&store, &looking);
             }
         }
-        take_parked(&shared, &mut schedule);
+        let now = Instant::now();
+        if woken {
+            idle = Some(now + IDLE_LOOK);
+        } else if idle.is_some_and(|end| end <= now) {
+            idle = None;
+        }
+        take_parked(&shared, &mut schedule, idle);
         let due = schedule.due(Instant::now());
         if !due.is_empty() {
             let (store, tx) = (store.clone(), outcome_tx.clone());
@@ -197,7 +222,7 @@ async fn run(
             });
         }
         // What `due` changed (renewals in flight, losses fired) moves the next wake.
-        take_parked(&shared, &mut schedule);
+        take_parked(&shared, &mut schedule, idle);
         if !releases.is_empty() {
             let store = store.clone();
             tokio::spawn(async move {

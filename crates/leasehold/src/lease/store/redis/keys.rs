@@ -98,7 +98,14 @@ impl LeaseKeys {
 
 /// The lock key alone (what every script is given; the scripts derive the rest).
 pub(crate) fn lock_key(prefix: &str, name: &str) -> String {
-    format!("{{{prefix}:{name}}}:lock")
+    // Pushed piece by piece rather than with `format!`: this runs on every acquire and release.
+    let mut key = String::with_capacity(prefix.len() + name.len() + 8);
+    key.push('{');
+    key.push_str(prefix);
+    key.push(':');
+    key.push_str(name);
+    key.push_str("}:lock");
+    key
 }
 
 /// The wake list of one waiter.

@@ -423,24 +423,26 @@ impl RedisStore {
         &self,
         phase: Phase,
         held: &[Held<'_>],
-        script: impl Fn(usize, &Held<'_>) -> redis::ScriptInvocation<'static>,
+        script: impl Fn(usize, &Held<'_>) -> scripts::Call,
     ) -> Result<Vec<Result<bool>>> {
         let mut out = Vec::with_capacity(held.len());
         for chunk in held.chunks(CHUNK) {
             // `script` learns each call's place in its pipeline (a renewal reads the server's clock
             // in the first call only).
-            let invs: Vec<_> = chunk
+            let calls: Vec<_> = chunk
                 .iter()
                 .enumerate()
                 .map(|(i, h)| script(i, h))
                 .collect();
             let mut con = self.shared.clone();
             let sent = Instant::now();
-            let replies = within(
-                phase,
-                self.limit(),
-                scripts::pipeline(&mut con, &invs, None),
-            )
+            let replies = within(phase, self.limit(), async {
+                match &calls[..] {
+                    // One lease (a release, mostly): a call, not a pipeline of one.
+                    [one] => scripts::single(&mut con, one).await.map(|r| vec![r]),
+                    _ => scripts::pipeline(&mut con, &calls, None).await,
+                }
+            })
             .await?;
             let received = Instant::now();
             let mut latest = None;

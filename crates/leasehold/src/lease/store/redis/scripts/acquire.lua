@@ -5,11 +5,12 @@
 -- No barging: while the queue is not empty a free lock goes to its first live waiter, here, and the
 -- caller (unless that is the caller) is busy. Run twice (a retry after a reconnect) it must not see
 -- its own lock as busy: the same token finds the lock it took, or was handed, and gets it back.
+local ttl = tonumber(ARGV[2])
+local block, lo_sent, first, slack, window, life = unpack_numbers(ARGV[5], 1, 6)
 if exact == 0 then
-  lo = unpack_numbers(ARGV[6], 1, 1)
+  hi, lo = tonumber(hi_text), lo_sent
 end
-local first, slack, window, life = unpack_numbers(ARGV[6], 2, 5)
-local keep_ms = tonumber(ARGV[5])
+local keep_ms = tonumber(ARGV[4])
 
 -- Taken: when a BLPOP follows, it must return at once, so it finds the grant on the wake list.
 local function taken(fence, ttl_now)

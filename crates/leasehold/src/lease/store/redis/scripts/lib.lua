@@ -2,6 +2,7 @@
 -- bookkeeping, written once for every lease script but renew (scripts/mod.rs joins it in at compile
 -- time, after fence.lua, names.lua and the script's fast part, if it has one).
 
+fence_key = fence_key or base .. 'fence'
 local queue_key = base .. 'queue'
 local gone_key = base .. 'gone'
 local released_key = base .. 'released'

@@ -20,7 +20,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, Script, ScriptInvocation, Value};
+use redis::{RedisResult, Script, ToRedisArgs, Value};
 
 use super::server_time::Estimate;
 
@@ -227,9 +227,24 @@ impl AcquireReply {
         }
     }
 
-    /// Reads acquire.lua's reply.
+    /// Reads acquire.lua's reply. The fast part's, a bulk string of the fence's digits, is the lock
+    /// taken on the caller's estimate (which is the fence) with the TTL asked for (`ttl_ms` -1, which
+    /// [`granted_ttl`](super::granted_ttl) reads as that).
     pub(crate) fn from_value(v: RedisResult<Value>) -> RedisResult<Self> {
-        let reply: Vec<i64> = redis::from_redis_value(v?)?;
+        let v = v?;
+        if let Value::BulkString(digits) = &v {
+            let fence = std::str::from_utf8(digits)
+                .ok()
+                .and_then(|d| d.parse::<u64>().ok())
+                .ok_or_else(|| bad_reply("acquire", "a fence that is not digits"))?;
+            return Ok(AcquireReply::Taken {
+                fence,
+                ttl_ms: -1,
+                server_us: i64::try_from(fence).unwrap_or(i64::MAX),
+                exact: false,
+            });
+        }
+        let reply: Vec<i64> = redis::from_redis_value(v)?;
         match *reply {
             [1, n, ttl_ms, server_us, exact] => Ok(AcquireReply::Taken {
                 fence: u64::try_from(n).map_err(|_| bad_reply("acquire", "negative fence"))?,
@@ -315,13 +330,7 @@ pub(crate) struct Ask {
 /// caller's wake list for `block` follows in the same pipeline), queue the caller or refresh its
 /// place; a release that hands it over sets `first_ttl`. The script reads the server's clock.
 #[cfg(test)]
-pub(crate) fn acquire(
-    lock_key: &str,
-    token: &str,
-    ask: Ask,
-    block: Duration,
-    t: &Tuning,
-) -> ScriptInvocation<'static> {
+pub(crate) fn acquire(lock_key: &str, token: &str, ask: Ask, block: Duration, t: &Tuning) -> Call {
     acquire_at(lock_key, token, ask, block, t, None)
 }
 
@@ -336,33 +345,31 @@ pub(crate) fn acquire_at(
     block: Duration,
     t: &Tuning,
     at: Option<Estimate>,
-) -> ScriptInvocation<'static> {
-    let mut inv = if ask.permits > 1 {
-        SEM_ACQUIRE.prepare_invoke()
+) -> Call {
+    let script = if ask.permits > 1 {
+        &SEM_ACQUIRE
     } else {
-        ACQUIRE.prepare_invoke()
+        &ACQUIRE
     };
     let at = at.unwrap_or(Estimate { lo: 0, hi: 0 });
-    inv.key(lock_key);
-    declare_never(&mut inv, lock_key, t);
-    inv.arg(token)
+    let mut call = Call::on_lock(script, lock_key, t);
+    call.arg(token)
         .arg(ms(ask.ttl))
-        .arg(ms_or_zero(block))
         .arg(at.hi)
         .arg(ms(ask.ttl.max(t.retention)))
-        .arg(format!(
-            "{},{},{},{},{},{}",
-            at.lo,
+        .arg(packed(&[
+            ms_or_zero(block),
+            u64::try_from(at.lo).unwrap_or(0),
             ms(first_ttl(&ask)),
             ms(t.entry_slack),
             ms(t.window()),
             ms(t.queue_life),
-            ms(t.retention)
-        ));
+            ms(t.retention),
+        ]));
     if ask.permits > 1 {
-        inv.arg(ask.permits);
+        call.arg(ask.permits);
     }
-    inv
+    call
 }
 
 /// The TTL a lock handed over starts with: what the caller asked for, never above its TTL.
@@ -373,12 +380,7 @@ pub(crate) fn first_ttl(ask: &Ask) -> Duration {
 /// release.lua (a lock) or sem_release.lua (a permit, `permits` above 1): give it back if `token`
 /// holds it, then hand it to the first live waiter. Replies 1 when it was ours.
 #[cfg(test)]
-pub(crate) fn release(
-    lock_key: &str,
-    token: &str,
-    permits: u32,
-    t: &Tuning,
-) -> ScriptInvocation<'static> {
+pub(crate) fn release(lock_key: &str, token: &str, permits: u32, t: &Tuning) -> Call {
     release_at(lock_key, token, permits, t, None)
 }
 
@@ -390,100 +392,62 @@ pub(crate) fn release_at(
     permits: u32,
     t: &Tuning,
     at: Option<Estimate>,
-) -> ScriptInvocation<'static> {
-    let mut inv = if permits > 1 {
-        SEM_RELEASE.prepare_invoke()
-    } else {
-        RELEASE.prepare_invoke()
-    };
+) -> Call {
+    let script = if permits > 1 { &SEM_RELEASE } else { &RELEASE };
     let at = at.unwrap_or(Estimate { lo: 0, hi: 0 });
-    inv.key(lock_key);
-    declare_never(&mut inv, lock_key, t);
-    inv.arg(token).arg(format!(
-        "{},{},{},{},{}",
-        at.hi,
-        at.lo,
+    let mut call = Call::on_lock(script, lock_key, t);
+    call.arg(token).arg(packed(&[
+        u64::try_from(at.hi).unwrap_or(0),
+        u64::try_from(at.lo).unwrap_or(0),
         ms(t.released_memory),
         ms(t.window()),
-        ms(t.retention)
-    ));
-    inv
+        ms(t.retention),
+    ]));
+    call
 }
 
 /// abandon.lua: leave the queue, remember `token` as given up, release (and hand on) a lock the token
 /// holds. `ask` is what the acquire asked for (its queue entry names the first TTL). Replies 1 when
 /// it released one.
-pub(crate) fn abandon(
-    lock_key: &str,
-    token: &str,
-    ask: &Ask,
-    t: &Tuning,
-) -> ScriptInvocation<'static> {
-    let mut inv = ABANDON.prepare_invoke();
-    inv.key(lock_key)
-        .key(never_key(lock_key))
-        .arg(token)
+pub(crate) fn abandon(lock_key: &str, token: &str, ask: &Ask, t: &Tuning) -> Call {
+    let mut call = Call::new(&ABANDON, &[lock_key, &never_key(lock_key)]);
+    call.arg(token)
         .arg(ms(t.given_up_memory))
         .arg(ms(t.released_memory))
         .arg(ms(t.window()))
         .arg(ms(t.retention))
         .arg(ms(first_ttl(ask)));
-    inv
+    call
 }
 
 /// renew.lua (a lock) or sem_renew.lua (a permit): reset its TTL to `ttl` if `token` holds it.
 /// Replies whether it was ours ([`renewed`] reads it) and, when `clock` asks for it (sem_renew.lua
 /// always), the server's time.
-pub(crate) fn renew(
-    lock_key: &str,
-    token: &str,
-    ttl: Duration,
-    permits: u32,
-    clock: bool,
-) -> ScriptInvocation<'static> {
-    let mut inv = if permits > 1 {
-        SEM_RENEW.prepare_invoke()
-    } else {
-        RENEW.prepare_invoke()
-    };
-    inv.key(lock_key);
-    if permits > 1 {
+pub(crate) fn renew(lock_key: &str, token: &str, ttl: Duration, permits: u32, clock: bool) -> Call {
+    let mut call = if permits > 1 {
         // sem_renew.lua touches the semaphore's holder keys too (renew.lua only the lock).
-        inv.key(never_key(lock_key));
-    }
-    inv.arg(token).arg(ms(ttl));
+        Call::new(&SEM_RENEW, &[lock_key, &never_key(lock_key)])
+    } else {
+        Call::new(&RENEW, &[lock_key])
+    };
+    call.arg(token).arg(ms(ttl));
     if permits == 1 {
-        inv.arg(if clock { "1" } else { "0" });
+        call.arg(if clock { "1" } else { "0" });
     }
-    inv
+    call
 }
 
 /// force_release.lua: evict the holder whose token is `holder` (`None`: every holder, of a lock or a
 /// semaphore), advance the fence, hand what was freed to the first live waiters. `op` identifies this
 /// request (a retry sends the same). Replies `{evicted, fence}`.
-pub(crate) fn force_release(
-    lock_key: &str,
-    op: &str,
-    holder: Option<&str>,
-    t: &Tuning,
-) -> ScriptInvocation<'static> {
-    let mut inv = FORCE_RELEASE.prepare_invoke();
-    inv.key(lock_key)
-        .key(never_key(lock_key))
-        .arg(op)
+pub(crate) fn force_release(lock_key: &str, op: &str, holder: Option<&str>, t: &Tuning) -> Call {
+    let mut call = Call::new(&FORCE_RELEASE, &[lock_key, &never_key(lock_key)]);
+    call.arg(op)
         .arg(ms(t.released_memory))
         .arg(ms(t.window()))
         .arg(ms(t.retention))
         .arg(holder.unwrap_or(""));
-    inv
-}
-
-/// Declares the name's never-existing key as `KEYS[2]` on a Redis Cluster (the acquire and the
-/// release; elsewhere it would only cost an argument).
-fn declare_never(inv: &mut ScriptInvocation<'static>, lock_key: &str, t: &Tuning) {
-    if t.cluster {
-        inv.key(never_key(lock_key));
-    }
+    call
 }
 
 /// The name's key that never exists, declared as `KEYS[2]` by every script that touches more than the
@@ -493,42 +457,99 @@ fn never_key(lock_key: &str) -> String {
     format!("{}never", lock_key.strip_suffix("lock").unwrap_or(lock_key))
 }
 
+/// One script call, prepared: `EVALSHA <sha1> <numkeys> <keys…> <args…>` written straight into the
+/// command that goes out (one buffer, not a list of arguments copied into a command later), and the
+/// script to load when the server answers `NOSCRIPT`.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    cmd: redis::Cmd,
+    script: &'static Script,
+}
+
+impl Call {
+    /// A call of `script` with these keys; the arguments follow with [`arg`](Self::arg).
+    fn new(script: &'static Script, keys: &[&str]) -> Self {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+        Call { cmd, script }
+    }
+
+    /// A call of `script` on the lock key, declaring the name's never-existing key as `KEYS[2]` on a
+    /// Redis Cluster (elsewhere it would only cost an argument).
+    fn on_lock(script: &'static Script, lock_key: &str, t: &Tuning) -> Self {
+        if t.cluster {
+            Call::new(script, &[lock_key, &never_key(lock_key)])
+        } else {
+            Call::new(script, &[lock_key])
+        }
+    }
+
+    fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+}
+
+/// Numbers joined by commas, the packed argument of the fields a script's fast part does not read
+/// (written with `itoa`: this runs on every acquire and release).
+fn packed(numbers: &[u64]) -> String {
+    let mut out = String::with_capacity(numbers.len() * 21);
+    let mut buf = itoa::Buffer::new();
+    for (i, n) in numbers.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(buf.format(*n));
+    }
+    out
+}
+
 /// Sends one prepared script call (EVALSHA, reloaded once on NOSCRIPT).
 pub(crate) async fn invoke<C: ConnectionLike, T: redis::FromRedisValue>(
     con: &mut C,
-    inv: &ScriptInvocation<'_>,
+    call: &Call,
 ) -> RedisResult<T> {
-    inv.invoke_async(con).await
+    let v = single(con, call).await??;
+    Ok(redis::from_redis_value(v)?)
+}
+
+/// Sends one prepared script call as [`pipeline`] sends each of its own: the outer error is the
+/// connection's, the inner one the server's answer to this call (the scripts reloaded and the call
+/// sent again once on NOSCRIPT). One call costs less this way than as a pipeline of one.
+pub(crate) async fn single<C: ConnectionLike>(
+    con: &mut C,
+    call: &Call,
+) -> RedisResult<RedisResult<Value>> {
+    let mut v = con.req_packed_command(&call.cmd).await?;
+    if value_is_noscript(&v) {
+        call.script.load_async(con).await?;
+        v = con.req_packed_command(&call.cmd).await?;
+    }
+    Ok(match v {
+        Value::ServerError(e) => Err(e.into()),
+        other => Ok(other),
+    })
 }
 
 /// Loads every script into the server's cache in one round trip: done on each new dedicated
 /// connection, so that a pipelined acquire + `BLPOP` is not answered `NOSCRIPT` after a restart (the
 /// `BLPOP` would block its whole time before the retry).
 /// check.lua: which key of the name holds something leasehold did not write (read-only).
-pub(crate) fn check(lock_key: &str) -> ScriptInvocation<'static> {
-    let mut inv = CHECK.prepare_invoke();
-    inv.key(lock_key);
-    inv
+pub(crate) fn check(lock_key: &str) -> Call {
+    Call::new(&CHECK, &[lock_key])
 }
 
 /// note.lua: write `note` beside the lock if `token` holds it, kept for `keep`. Replies 1 when it
 /// was ours ([`flag`] reads it).
-pub(crate) fn note(
-    lock_key: &str,
-    token: &str,
-    note: &[u8],
-    keep: Duration,
-) -> ScriptInvocation<'static> {
-    let mut inv = NOTE.prepare_invoke();
-    inv.key(lock_key).arg(token).arg(note).arg(ms(keep));
-    inv
+pub(crate) fn note(lock_key: &str, token: &str, note: &[u8], keep: Duration) -> Call {
+    let mut call = Call::new(&NOTE, &[lock_key]);
+    call.arg(token).arg(note).arg(ms(keep));
+    call
 }
 
 /// read_note.lua: the note beside the lock, or nil.
-pub(crate) fn read_note(lock_key: &str) -> ScriptInvocation<'static> {
-    let mut inv = READ_NOTE.prepare_invoke();
-    inv.key(lock_key);
-    inv
+pub(crate) fn read_note(lock_key: &str) -> Call {
+    Call::new(&READ_NOTE, &[lock_key])
 }
 
 /// check.lua's reply: the foreign key and what it holds, or `None`.
@@ -555,13 +576,13 @@ pub(crate) async fn load_all<C: ConnectionLike>(con: &mut C) -> RedisResult<()> 
 /// it.
 pub(crate) async fn pipeline<C: ConnectionLike>(
     con: &mut C,
-    invs: &[ScriptInvocation<'_>],
+    calls: &[Call],
     tail: Option<&redis::Cmd>,
 ) -> RedisResult<Vec<RedisResult<Value>>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for inv in invs {
-        pipe.invoke_script(inv);
+    for call in calls {
+        pipe.add_command(call.cmd.clone());
     }
     if let Some(cmd) = tail {
         pipe.add_command(cmd.clone());

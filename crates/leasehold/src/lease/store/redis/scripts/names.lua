@@ -27,7 +27,9 @@
 -- earlier versions write, reads as a record with nothing but the fence.
 local lock_key = KEYS[1]
 local base = string.sub(lock_key, 1, -5)
-local fence_key = base .. 'fence'
+-- Made where it is first needed (the release's fast part does not need it): lib.lua makes it for
+-- the rest.
+local fence_key
 
 -- The server's clock in microseconds as the caller estimates it from an earlier reply (`hi` no
 -- earlier than the server's clock now, `lo` no later), so that the common path sends no TIME. Each

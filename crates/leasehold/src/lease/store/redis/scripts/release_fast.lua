@@ -24,7 +24,7 @@ if held ~= token .. ':q' then
     return 1
   end
   -- A hand-over keeps the released token in the record instead.
-  local record = redis.pcall('GET', fence_key)
+  local record = redis.pcall('GET', base .. 'fence')
   if type(record) == 'string' and string.match(record, '^%d+:%a*:[^:]*:([^:]*)$') == token then
     return 1
   end

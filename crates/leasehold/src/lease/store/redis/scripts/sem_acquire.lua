@@ -3,16 +3,16 @@
 -- it in the queue (or refresh its place). The same queue and hand-over as a lock.
 -- KEYS[1] lock (the name's lock key: the semaphore's keys share its hash tag)
 -- ARGV as acquire_fast.lua's (the clock's estimate unused: a semaphore goes by the server's clock),
--- then ARGV[7] permits
+-- then ARGV[6] permits
 -- Returns as acquire.lua: {1, fence, ttl ms, server µs, 1} taken; {0, ms until the first permit runs
 -- out, server µs, 1} busy; {2} given up; {3, permits} the name is in use with another number of
 -- permits (1: as a lock, by leasehold or another SET NX PX client).
 clock_exact()
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
-local block = tonumber(ARGV[3])
-local first, slack, window, life_ms, retention_ms = unpack_numbers(ARGV[6], 2, 6)
-local permits = tonumber(ARGV[7])
+local block = unpack_numbers(ARGV[5], 1, 1)
+local first, slack, window, life_ms, retention_ms = unpack_numbers(ARGV[5], 3, 7)
+local permits = tonumber(ARGV[6])
 
 local function taken(fence, ttl_now)
   if block > 0 then

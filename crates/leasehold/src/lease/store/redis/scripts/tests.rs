@@ -179,6 +179,126 @@ async fn an_uncontended_cycle_leaves_no_queue_behind() {
     assert!(!exists(&mut con, &k.lock).await);
 }
 
+/// The server's clock now, in microseconds.
+async fn server_us(con: &mut Con) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(con).await.unwrap();
+    secs * 1_000_000 + micros
+}
+
+/// An acquire as the client sends it on the common path: on its estimate of the server's clock.
+async fn acquire_on(
+    con: &mut Con,
+    k: &LeaseKeys,
+    token: &str,
+    block: Duration,
+    at: Estimate,
+) -> Value {
+    let call = acquire_at(&k.lock, token, ask(), block, &tuning(), Some(at));
+    invoke(con, &call).await.unwrap()
+}
+
+#[tokio::test]
+async fn on_an_estimate_the_fast_part_answers_with_the_fence_alone_and_never_lowers_it() {
+    let (_srv, mut con, k) = setup().await;
+    let now = server_us(&mut con).await;
+    let at = Estimate {
+        lo: now - 1_000,
+        hi: now + 1_000,
+    };
+    // A free name: the fast part's reply is the estimate's digits, which are the fence.
+    let first = acquire_on(&mut con, &k, "a", Duration::ZERO, at).await;
+    assert_eq!(first, Value::BulkString(at.hi.to_string().into_bytes()));
+    match AcquireReply::from_value(Ok(first)).unwrap() {
+        AcquireReply::Taken {
+            fence,
+            ttl_ms,
+            exact,
+            ..
+        } => assert_eq!((fence, ttl_ms, exact), (at.hi as u64, -1, false)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        get(&mut con, &k.fence).await,
+        Some(format!("{}::a:", at.hi))
+    );
+    // Run twice: the same lease and fence, with the TTL the lock has.
+    let again =
+        AcquireReply::from_value(Ok(acquire_on(&mut con, &k, "a", Duration::ZERO, at).await));
+    match again.unwrap() {
+        AcquireReply::Taken { fence, ttl_ms, .. } => {
+            assert_eq!(fence, at.hi as u64);
+            assert!(ttl_ms > 25_000 && ttl_ms <= 30_000, "{ttl_ms}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let release_on = |token: &'static str| release_at(&k.lock, token, 1, &tuning(), Some(at));
+    assert_eq!(
+        invoke::<_, i64>(&mut con, &release_on("a")).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        invoke::<_, i64>(&mut con, &release_on("a")).await.unwrap(),
+        1
+    );
+    // An estimate at or below the stored fence (acquisitions outran the clock's estimate, or another
+    // client's estimate is tighter): the fence still goes up, by the second part.
+    let mut last = at.hi as u64;
+    for (token, hi) in [("b", at.hi), ("c", at.hi - 500), ("d", 999)] {
+        let behind = Estimate { lo: hi - 10, hi };
+        let reply = acquire_on(&mut con, &k, token, Duration::ZERO, behind).await;
+        assert!(matches!(reply, Value::Array(_)), "{token}: {reply:?}");
+        let fence = fence_of(AcquireReply::from_value(Ok(reply)).unwrap());
+        assert!(fence > last, "{token}: fence {fence} after {last}");
+        last = fence;
+        assert_eq!(
+            invoke::<_, i64>(&mut con, &release_on(token))
+                .await
+                .unwrap(),
+            1
+        );
+    }
+    // A record only a number (as Redlock and earlier versions wrote it) goes to the second part too.
+    let _: () = redis::cmd("SET")
+        .arg(&k.fence)
+        .arg(last + 1_000_000_000)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let ahead = server_us(&mut con).await + 1_000;
+    let reply = acquire_on(
+        &mut con,
+        &k,
+        "e",
+        Duration::ZERO,
+        Estimate {
+            lo: ahead - 2_000,
+            hi: ahead,
+        },
+    )
+    .await;
+    assert!(fence_of(AcquireReply::from_value(Ok(reply)).unwrap()) > last + 1_000_000_000);
+    assert_eq!(
+        invoke::<_, i64>(&mut con, &release_on("e")).await.unwrap(),
+        1
+    );
+    // Waiting on a free name: the grant its BLPOP will pop is on its wake list, with the estimate's
+    // bounds as fence and time.
+    let ahead = server_us(&mut con).await + 1_000_000_000;
+    let at = Estimate {
+        lo: ahead - 3_000,
+        hi: ahead,
+    };
+    let reply = acquire_on(&mut con, &k, "f", Duration::from_millis(100), at).await;
+    assert_eq!(reply, Value::BulkString(ahead.to_string().into_bytes()));
+    let grant = popped_grant(&mut con, &k, "f")
+        .await
+        .expect("a grant on the wake list");
+    assert_eq!(
+        (grant.fence, grant.at_us, grant.ttl_ms),
+        (ahead as u64, at.lo, 30_000)
+    );
+}
+
 #[tokio::test]
 async fn a_release_hands_the_lock_to_the_first_waiter_with_a_short_first_ttl_and_a_new_fence() {
     let (_srv, mut con, k) = setup().await;

@@ -469,8 +469,12 @@ pub(crate) struct Call {
 impl Call {
     /// A call of `script` with these keys; the arguments follow with [`arg`](Self::arg).
     fn new(script: &'static Script, keys: &[&str]) -> Self {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+        // Room for the arguments that follow, so that the buffers are not grown on the way.
+        let mut cmd = redis::Cmd::with_capacity(12, 256);
+        cmd.arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys);
         Call { cmd, script }
     }
 

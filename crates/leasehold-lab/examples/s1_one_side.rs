@@ -1,0 +1,141 @@
+//! One side of S1 alone, for a profiler: `leasehold` (acquire + release of one free name) or the
+//! baseline (`SET NX PX` + a compare-and-delete script), on a Redis of your choosing, for a time or a
+//! number of cycles. `leasehold bench` alternates both in one process, which a profiler cannot tell
+//! apart; this runs one.
+//!
+//! ```sh
+//! cargo build --profile profiling -p leasehold-lab --example s1_one_side
+//! # Instructions per cycle, whatever else the machine does: the difference of two counts.
+//! valgrind --tool=callgrind target/profiling/examples/s1_one_side leasehold 200
+//! valgrind --tool=callgrind target/profiling/examples/s1_one_side leasehold 1200
+//! # The same against a redis-server run under callgrind counts the server's side.
+//! S1_URL=redis://127.0.0.1:6400 target/profiling/examples/s1_one_side baseline 1200
+//! # Or for a time, say under `perf stat -p`:
+//! target/profiling/examples/s1_one_side leasehold 5s
+//! ```
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+/// How long to run: a number of cycles (after 50 warm-up cycles) or a time (after 500 and a pause).
+#[derive(Clone, Copy)]
+enum Length {
+    Cycles(u64),
+    Time(Duration),
+}
+
+impl Length {
+    fn parse(s: &str) -> anyhow::Result<Self> {
+        Ok(match s.strip_suffix('s') {
+            Some(secs) => Length::Time(Duration::from_secs_f64(
+                secs.parse().context("a time is seconds, e.g. 5s")?,
+            )),
+            None => Length::Cycles(s.parse().context("a number of cycles, or seconds as 5s")?),
+        })
+    }
+
+    fn warm_up(self) -> u64 {
+        match self {
+            Length::Cycles(_) => 50,
+            Length::Time(_) => 500,
+        }
+    }
+
+    fn more(self, started: Instant, done: u64) -> bool {
+        match self {
+            Length::Cycles(n) => done < n,
+            Length::Time(d) => started.elapsed() < d,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(side), Some(length)) = (args.get(1), args.get(2)) else {
+        anyhow::bail!("usage: s1_one_side leasehold|baseline CYCLES|SECONDSs");
+    };
+    let length = Length::parse(length)?;
+    let url = std::env::var("S1_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let started;
+    let mut done = 0u64;
+    match side.as_str() {
+        "leasehold" => {
+            let client = leasehold::LeaseClient::connect(&url).await?;
+            let opts = leasehold::LeaseOptions::with_ttl(Duration::from_secs(30))?;
+            for _ in 0..length.warm_up() {
+                client
+                    .try_acquire("s1-one-side", &opts)
+                    .await?
+                    .release()
+                    .await?;
+            }
+            pause(length).await;
+            started = Instant::now();
+            while length.more(started, done) {
+                client
+                    .try_acquire("s1-one-side", &opts)
+                    .await?
+                    .release()
+                    .await?;
+                done += 1;
+            }
+        }
+        "baseline" => {
+            let mut con = redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?;
+            let release = redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                 return redis.call('DEL', KEYS[1]) else return 0 end",
+            );
+            for _ in 0..length.warm_up() {
+                baseline_cycle(&mut con, &release).await?;
+            }
+            pause(length).await;
+            started = Instant::now();
+            while length.more(started, done) {
+                baseline_cycle(&mut con, &release).await?;
+                done += 1;
+            }
+        }
+        other => anyhow::bail!("{other:?}: the side is leasehold or baseline"),
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!("{side}: {done} cycles in {secs:.3} s");
+    Ok(())
+}
+
+/// A timed run starts after a second's pause, so that `perf stat -p` can be attached after the
+/// warm-up.
+async fn pause(length: Length) {
+    if let Length::Time(_) = length {
+        eprintln!("pid {}: measuring in 1 s", std::process::id());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The baseline's acquire and release of one free name, as the lab's baseline lock does them.
+async fn baseline_cycle(
+    con: &mut redis::aio::MultiplexedConnection,
+    release: &redis::Script,
+) -> anyhow::Result<()> {
+    let token = format!("{:032x}", rand::random::<u128>());
+    let set: Option<String> = redis::cmd("SET")
+        .arg("bench-baseline:s1-one-side")
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000u64)
+        .query_async(con)
+        .await?;
+    anyhow::ensure!(set.is_some(), "the baseline's name was busy");
+    let deleted: i64 = release
+        .key("bench-baseline:s1-one-side")
+        .arg(&token)
+        .invoke_async(con)
+        .await?;
+    anyhow::ensure!(deleted == 1, "the baseline lock was lost");
+    Ok(())
+}

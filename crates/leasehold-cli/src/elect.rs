@@ -19,10 +19,11 @@ use leasehold::election::{leader_of, Election, Leader};
 use leasehold::Error;
 
 use crate::cli::{ElectArgs, LeaderArgs, RunArgs};
+use crate::command::{aborted, supervise};
 use crate::duration::show;
 use crate::exit;
 use crate::inspect::{check_name, connect, fail};
-use crate::run::{aborted, prepare, supervise};
+use crate::run::prepare;
 
 /// The `run` settings an election's leadership is supervised with.
 fn as_run_args(a: &ElectArgs) -> RunArgs {

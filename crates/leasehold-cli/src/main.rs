@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod command;
 mod duration;
 mod elect;
 mod exit;
@@ -104,7 +105,7 @@ fn main() {
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
-    if let Some(every) = run::thread_churn() {
+    if let Some(every) = command::thread_churn() {
         builder.thread_keep_alive(every / 2);
     }
     let runtime = match builder.build() {

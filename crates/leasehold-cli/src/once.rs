@@ -18,10 +18,10 @@ use leasehold::schedule::{self, Claim, Outcome, Schedule, SlotRecord};
 use leasehold::{LeaseClient, LeaseOptions};
 
 use crate::cli::{HistoryArgs, RunArgs};
+use crate::command::{finish, run_command, Ended, Signals};
 use crate::duration::show;
 use crate::exit;
 use crate::inspect::{check_name, connect, fail};
-use crate::run::{finish, run_command, Ended, Signals};
 
 /// The code a slot's last attempt ended with, for `--max-attempts` reached.
 fn code_of(r: &SlotRecord) -> i32 {
@@ -62,7 +62,7 @@ pub(crate) async fn run(
     let holder = leasehold::election::default_holder();
     let claimed = tokio::select! {
         c = schedule::claim(client, &args.name, slot, opts, args.max_attempts, &holder) => c,
-        sig = signals.recv() => return crate::run::aborted(sig, "the slot stays open"),
+        sig = signals.recv() => return crate::command::aborted(sig, "the slot stays open"),
     };
     let run = match claimed {
         Ok(Claim::Run(run)) => run,

@@ -1,0 +1,390 @@
+//! The command under a lease, for `run`, `run --once-per` and `elect`: the signals forwarded to it,
+//! starting it through the watcher ([`crate::watcher`]), stopping it when the lease is lost, stopping
+//! what it left behind when it exits, and the release after it. `run.rs` says what this promises.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use leasehold::{Error, Fence, Lease, LeaseHealth, LostReason};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
+
+use crate::cli::{OnSuspect, RunArgs};
+use crate::duration::show;
+use crate::exit;
+use crate::watcher::{self, Order, Report, Watcher};
+
+/// The signals `run` passes on to the command's process group: SIGINT, SIGTERM, SIGHUP, SIGQUIT.
+/// Installed before anything else so that a Ctrl-C during the wait for the lease aborts the wait
+/// cleanly instead of killing us mid-acquire.
+pub(crate) struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    /// The last signal received, if any.
+    last: Option<Signal>,
+}
+
+impl Signals {
+    pub(crate) fn install() -> std::io::Result<Self> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+            last: None,
+        })
+    }
+
+    /// The next signal received. Cancel safe.
+    pub(crate) async fn recv(&mut self) -> Signal {
+        let sig = tokio::select! {
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.hup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
+        };
+        self.last = Some(sig);
+        sig
+    }
+
+    /// The last signal received so far, if any.
+    pub(crate) fn last(&self) -> Option<Signal> {
+        self.last
+    }
+}
+
+/// How long `run` waits for the release after the command exited.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Exit code when a signal arrives before the command was started: nothing to forward it to.
+pub(crate) fn aborted(sig: Signal, held: &str) -> i32 {
+    eprintln!("leasehold: interrupted by {sig} before the command started; {held}");
+    128 + sig as i32
+}
+
+/// The churn period, when the test knob is set to a duration.
+pub(crate) fn thread_churn() -> Option<Duration> {
+    let value = std::env::var(crate::watcher::THREAD_CHURN_KNOB).ok()?;
+    crate::duration::parse(&value).ok().filter(|d| !d.is_zero())
+}
+
+/// Starts the command through the watcher, forwards signals, stops the command when the lease is
+/// lost, stops what it left behind when it exits, and releases. `env` adds to the command's
+/// environment (an election's `LEASEHOLD_TERM`).
+pub(crate) async fn supervise(
+    args: &RunArgs,
+    lease: Lease,
+    signals: &mut Signals,
+    env: Vec<(&'static str, String)>,
+) -> i32 {
+    let ended = run_command(args, &lease, signals, env).await;
+    finish(args, lease, ended).await
+}
+
+/// How the supervised command ended.
+pub(crate) enum Ended {
+    /// It could not be started or watched; the exit code to give.
+    Failed(i32),
+    /// The lease was lost (or became suspect under `--on-suspect stop`) and the command was stopped.
+    Lost,
+    /// It exited with this code (`None`: the watcher could not say).
+    Exited(Option<i32>),
+}
+
+/// Releases after the command ended (after `--min-hold`, when it ended sooner) and gives the exit
+/// code.
+pub(crate) async fn finish(args: &RunArgs, lease: Lease, ended: Ended) -> i32 {
+    if let (Some(min), Ended::Exited(_)) = (args.min_hold, &ended) {
+        let left = min.saturating_sub(lease.held_for());
+        if !left.is_zero() {
+            // The lease stays renewed meanwhile: ShedLock's lockAtLeastFor.
+            let lost = lease.lost();
+            tokio::select! {
+                _ = tokio::time::sleep(left) => {}
+                _ = lost.fired() => {}
+            }
+        }
+    }
+    match ended {
+        Ended::Failed(code) => {
+            release(args, lease, false).await;
+            code
+        }
+        Ended::Lost => {
+            release(args, lease, true).await;
+            exit::LOST
+        }
+        Ended::Exited(exited) => {
+            let released = release(args, lease, false).await;
+            match exited {
+                // The command succeeded, the lease stays held until it lapses: not silent, not 0.
+                Some(0) if !released => exit::NOT_RELEASED,
+                Some(code) => code,
+                None => exit::SOFTWARE,
+            }
+        }
+    }
+}
+
+/// Starts the command through the watcher and supervises it until it ended; the lease is still
+/// held (or lost) afterwards, for the caller to record and release.
+pub(crate) async fn run_command(
+    args: &RunArgs,
+    lease: &Lease,
+    signals: &mut Signals,
+    env: Vec<(&'static str, String)>,
+) -> Ended {
+    let program = args
+        .command
+        .first()
+        .expect("clap requires at least one COMMAND word")
+        .to_string_lossy()
+        .into_owned();
+    // Not on a terminal (cron, systemd, CI): the command gets its own process group, so a lost lease
+    // stops the whole tree, not only the direct child. On a terminal it stays in our group, so it can
+    // read the terminal (a background group would be stopped by SIGTTIN) and gets Ctrl-C from it.
+    let terminal = std::io::stdin().is_terminal();
+    if let Some(every) = thread_churn() {
+        tokio::spawn(async move {
+            loop {
+                let _ = tokio::task::spawn_blocking(|| ()).await;
+                tokio::time::sleep(every).await;
+            }
+        });
+    }
+    let spec = watcher::Spec {
+        command: &args.command,
+        env: [
+            ("LEASEHOLD_NAME", args.name.clone()),
+            ("LEASEHOLD_FENCE", lease.fence().to_string()),
+        ]
+        .into_iter()
+        .chain(env)
+        .collect(),
+        grace: args.supervise.grace,
+        terminal,
+    };
+    let mut watcher = match Watcher::start(spec).await {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!(
+                "leasehold: cannot start the watcher process for the command: {e}; command not run"
+            );
+            return Ended::Failed(exit::SOFTWARE);
+        }
+    };
+    let pid = match watcher.next().await {
+        Some(Report::Started(pid)) => pid,
+        Some(Report::Failed { code, message }) => {
+            eprintln!("leasehold: cannot run {program}: {message}");
+            watcher.reap().await;
+            return Ended::Failed(code);
+        }
+        _ => {
+            // It may have died between starting the command and saying so: look for it.
+            eprintln!(
+                "leasehold: the watcher process died before reporting the command; stopping whatever it started"
+            );
+            stop_without_watcher(
+                None,
+                terminal,
+                &args.name,
+                lease.fence(),
+                args.supervise.grace,
+            )
+            .await;
+            watcher.reap().await;
+            return Ended::Failed(exit::SOFTWARE);
+        }
+    };
+    let lost = lease.lost();
+    let mut health = lease.health();
+    // Warned of (or stopped for) a suspect lease: once per run.
+    let mut suspect_seen = false;
+    let mut stopped_suspect = false;
+    let mut lost_reason: Option<LostReason> = None;
+    let mut exited: Option<i32> = None;
+    let mut stopping = false;
+
+    let watcher_gone = loop {
+        tokio::select! {
+            report = watcher.next() => match report {
+                Some(Report::Exited(code)) => {
+                    exited = Some(code);
+                    if !stopping {
+                        // Whatever the command left running in its group or below it must not
+                        // outlive the lease either.
+                        watcher.send(Order::Stop(args.supervise.grace)).await;
+                        stopping = true;
+                    }
+                }
+                Some(Report::Leftovers(n)) => eprintln!(
+                    "leasehold: the command exited but left {n} process(es) running; sending them SIGTERM, SIGKILL in {}",
+                    show(args.supervise.grace)
+                ),
+                Some(Report::Killing) => eprintln!(
+                    "leasehold: the command outlived --grace {}; sending SIGKILL",
+                    show(args.supervise.grace)
+                ),
+                Some(Report::Stopped) => break false,
+                Some(Report::Started(_) | Report::Failed { .. }) => {}
+                None => break true,
+            },
+            reason = lost.fired(), if lost_reason.is_none() && exited.is_none() => {
+                eprintln!(
+                    "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
+                    args.name, show(args.supervise.grace)
+                );
+                lost_reason = Some(reason);
+                watcher.send(Order::Stop(args.supervise.grace)).await;
+                stopping = true;
+            }
+            now = health.at_risk(), if !suspect_seen && lost_reason.is_none() && exited.is_none() && !stopping => {
+                suspect_seen = true;
+                if let LeaseHealth::Suspect { reason } = now {
+                    let lapses = show(lease.remaining());
+                    match args.supervise.on_suspect {
+                        OnSuspect::Warn => eprintln!(
+                            "leasehold: warning: lease `{}` is at risk: {reason}; the command runs on (its deadline is in {lapses}; --on-suspect stop would stop it now)",
+                            args.name
+                        ),
+                        OnSuspect::Stop => {
+                            eprintln!(
+                                "leasehold: lease `{}` is at risk: {reason}; --on-suspect stop: sending SIGTERM to the command, SIGKILL in {}",
+                                args.name, show(args.supervise.grace)
+                            );
+                            stopped_suspect = true;
+                            watcher.send(Order::Stop(args.supervise.grace)).await;
+                            stopping = true;
+                        }
+                    }
+                }
+            }
+            sig = signals.recv() => {
+                // On a terminal, Ctrl-C and Ctrl-\ already reached the command from the terminal.
+                let from_terminal = matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
+                if !(terminal && from_terminal) {
+                    watcher.send(Order::Signal(sig)).await;
+                }
+            }
+        }
+    };
+    if watcher_gone {
+        eprintln!(
+            "leasehold: the watcher process (pid {}) died; stopping the command (pid {pid}) from here",
+            watcher.pid().map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+        );
+        stop_without_watcher(
+            Some(Pid::from_raw(pid as i32)),
+            terminal,
+            &args.name,
+            lease.fence(),
+            args.supervise.grace,
+        )
+        .await;
+    }
+    watcher.reap().await;
+    if lost_reason.is_some() || stopped_suspect {
+        return Ended::Lost;
+    }
+    Ended::Exited(exited)
+}
+
+/// The fallback when the watcher is gone: the command is init's child now, so we find its processes
+/// ourselves. Its process group (off a terminal) and every process whose environment names this
+/// holder (`LEASEHOLD_NAME` and `LEASEHOLD_FENCE`, inherited by all it started) get SIGTERM and
+/// SIGCONT, then SIGKILL after the grace. Missed: a process that both left the group and was started
+/// with a cleared environment.
+async fn stop_without_watcher(
+    command: Option<Pid>,
+    terminal: bool,
+    name: &str,
+    fence: Fence,
+    grace: Duration,
+) {
+    let marks = [
+        format!("LEASEHOLD_NAME={name}"),
+        format!("LEASEHOLD_FENCE={fence}"),
+    ];
+    let group = command.filter(|_| !terminal);
+    let send = |sig: Signal| {
+        if let Some(g) = group {
+            let _ = killpg(g, sig);
+        }
+        for (pid, pgid) in watcher::processes_marked(&marks) {
+            // Each process once: the group's members already got it.
+            if Some(pgid) != group {
+                let _ = kill(pid, sig);
+            }
+        }
+    };
+    let alive = || {
+        group.is_some_and(|g| killpg(g, None).is_ok())
+            || !watcher::processes_marked(&marks).is_empty()
+    };
+    send(Signal::SIGTERM);
+    send(Signal::SIGCONT);
+    let deadline = Instant::now() + grace;
+    while alive() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while alive() && Instant::now() < deadline + Duration::from_secs(5) {
+        send(Signal::SIGKILL);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Releases after the command exited; whether the lease is free now (or was lost anyway). A failure
+/// is printed with the time the lease lapses by itself.
+async fn release(args: &RunArgs, lease: Lease, already_lost: bool) -> bool {
+    // The command is done; do not hang on a store that stopped answering. The TTL cleans up. A lost
+    // lease's release is a courtesy (it frees a max-hold lease early), so it gets less patience.
+    let patience = if already_lost {
+        RELEASE_TIMEOUT / 5
+    } else {
+        RELEASE_TIMEOUT
+    };
+    // The store lets the lease lapse at most a TTL after the last renewal it accepted; the holder's
+    // own deadline plus the drift allowance is no earlier than that.
+    let lapses = (lease.remaining() + lease.options().drift()).min(args.supervise.ttl);
+    let result = match tokio::time::timeout(patience, lease.release()).await {
+        Ok(r) => r,
+        Err(_) => {
+            eprintln!(
+                "leasehold: the store did not answer the release of `{}` within {}; the lease stays held until it lapses by itself within {} (exit {})",
+                args.name,
+                show(patience),
+                show(lapses),
+                exit::NOT_RELEASED
+            );
+            return already_lost;
+        }
+    };
+    match result {
+        Ok(()) => {
+            if args.verbose {
+                eprintln!("leasehold: released `{}`", args.name);
+            }
+            true
+        }
+        Err(Error::LeaseLost { .. }) if already_lost => true,
+        Err(e @ Error::LeaseLost { .. }) => {
+            eprintln!("leasehold: warning: {e}; the command finished, but may have overlapped with another holder at its end");
+            true
+        }
+        Err(e) => {
+            eprintln!(
+                "leasehold: release of `{}` failed: {}; the lease stays held until it lapses by itself within {} (exit {})",
+                args.name,
+                exit::describe(&e),
+                show(lapses),
+                exit::NOT_RELEASED
+            );
+            already_lost
+        }
+    }
+}

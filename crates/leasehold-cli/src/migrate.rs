@@ -45,12 +45,20 @@ pub(crate) async fn migrate(args: MigrateArgs) -> i32 {
         Ok(Err(e)) => return refused(&url, &e),
         Ok(Ok(db)) => db,
     };
-    let result = db.migrate().await;
+    let result = db.migrate_counted().await;
     db.close().await;
     match result {
-        Ok(()) => {
+        Ok(0) => {
             println!(
-                "leasehold: the leasehold_* tables in {} are up to date",
+                "leasehold: the leasehold_* tables in {} were already up to date",
+                redact(&url)
+            );
+            0
+        }
+        Ok(applied) => {
+            println!(
+                "leasehold: applied {applied} migration{} to {}: the leasehold_* tables are up to date",
+                if applied == 1 { "" } else { "s" },
                 redact(&url)
             );
             0

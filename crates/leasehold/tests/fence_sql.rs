@@ -313,6 +313,24 @@ async fn migrate_is_idempotent_and_safe_concurrently() {
             .await,
             Some(shipped)
         );
+        // Up to date: another run applies nothing, and says so.
+        assert_eq!(t.db.migrate_counted().await.unwrap(), 0);
         t.cleanup().await;
     }
+}
+
+#[tokio::test]
+async fn migrate_says_how_many_migrations_it_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("fresh.db").display());
+    let db = leasehold::db::Database::connect(&url).await.unwrap();
+    // A database without leasehold's tables gets every migration, once.
+    assert_eq!(db.migrate_counted().await.unwrap(), 2);
+    assert_eq!(db.migrate_counted().await.unwrap(), 0);
+    db.migrate().await.unwrap();
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM leasehold_schema_migrations", &[]).await,
+        Some(2)
+    );
+    db.close().await;
 }

@@ -300,6 +300,20 @@ impl Database {
     /// Cancel safe where DDL is transactional (PostgreSQL, SQLite): a dropped future rolls back the
     /// migration in progress, and the next run applies it.
     pub async fn migrate(&self) -> Result<()> {
+        super::migrate::run(self).await.map(|_| ())
+    }
+
+    /// [`migrate`](Self::migrate), saying how many migrations this call applied: 0 when the
+    /// tables were up to date, all of them on a database that had none.
+    ///
+    /// # Errors
+    ///
+    /// As [`migrate`](Self::migrate).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`migrate`](Self::migrate).
+    pub async fn migrate_counted(&self) -> Result<usize> {
         super::migrate::run(self).await
     }
 

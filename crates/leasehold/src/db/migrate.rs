@@ -100,8 +100,8 @@ pub(super) static MYSQL: LazyLock<Migrator> = LazyLock::new(|| {
 /// lock on PostgreSQL), so concurrent callers queue and each migration runs once. Where DDL commits
 /// implicitly (MariaDB, MySQL) the lock is a session lock (`GET_LOCK`), released at the end, and each
 /// migration is recorded right after it ran; one cut short runs again whole, which its
-/// `IF NOT EXISTS` statements allow.
-pub(super) async fn run(db: &Database) -> Result<()> {
+/// `IF NOT EXISTS` statements allow. Returns how many migrations this call applied.
+pub(super) async fn run(db: &Database) -> Result<usize> {
     let dialect = db.dialect();
     let mut tx = db.begin().await?;
     if let Some(lock) = dialect.migration_lock {
@@ -120,23 +120,28 @@ pub(super) async fn run(db: &Database) -> Result<()> {
         let released = tx
             .execute_script("DO RELEASE_LOCK('leasehold_migrate')")
             .await;
-        result?;
+        let applied = result?;
         released?;
+        tx.commit().await?;
+        Ok(applied)
     } else {
-        result?;
+        let applied = result?;
+        tx.commit().await?;
+        Ok(applied)
     }
-    tx.commit().await
 }
 
-/// Creates the record table and applies every migration not recorded in it.
-async fn apply_pending(tx: &mut Tx) -> Result<()> {
+/// Creates the record table and applies every migration not recorded in it; how many it applied.
+async fn apply_pending(tx: &mut Tx) -> Result<usize> {
     let dialect = tx.dialect();
     tx.execute_script(dialect.migrations_table).await?;
     let applied = applied(tx).await?;
+    let mut count = 0;
     for m in dialect.migrator.iter() {
         if check_applied(&applied, m)? {
             continue;
         }
+        count += 1;
         tx.execute_script(m.sql.clone()).await?;
         tx.execute(
             "INSERT INTO leasehold_schema_migrations (version, description, checksum) \
@@ -149,7 +154,7 @@ async fn apply_pending(tx: &mut Tx) -> Result<()> {
         )
         .await?;
     }
-    Ok(())
+    Ok(count)
 }
 
 /// The versions and checksums recorded so far.

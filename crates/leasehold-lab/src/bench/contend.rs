@@ -210,6 +210,10 @@ pub(crate) struct HoldAnalysis {
     pub(crate) hold_times: Latencies,
     /// The longest time from calling acquire to getting the lease, in nanoseconds.
     pub(crate) max_wait_ns: u64,
+    /// The most acquisitions by others while one contender waited (from its call of acquire to
+    /// its lease). A FIFO lock lets each of the other contenders go first at most once: at most
+    /// contenders − 1, whatever the machine's pauses do to the times.
+    pub(crate) max_overtakes: u64,
     /// Each contender's acquisitions, by contender (every contender, those with none included).
     pub(crate) per_contender: Vec<u64>,
     pub(crate) errors: u64,
@@ -236,6 +240,10 @@ pub(crate) fn analyze(records: &[ContenderRecord]) -> HoldAnalysis {
         a.hold_times
             .record_ns(h.released_ns.saturating_sub(h.acquired_ns));
         a.max_wait_ns = a.max_wait_ns.max(h.acquired_ns.saturating_sub(h.asked_ns));
+        // The holds before this one (by acquisition) that began after it asked: all others', since
+        // a contender asks again only after its release.
+        let before_asking = holds[..i].partition_point(|o| o.acquired_ns <= h.asked_ns);
+        a.max_overtakes = a.max_overtakes.max((i - before_asking) as u64);
         if i > 0 && h.acquired_ns < latest_release {
             a.overlaps += 1;
         }
@@ -304,6 +312,7 @@ mod tests {
         assert_eq!(a.handoffs.len(), 3);
         assert_eq!(a.cross_handoffs.len(), 1);
         assert_eq!(a.max_wait_ns, 100);
+        assert_eq!(a.max_overtakes, 0);
         // 2 and 2 acquisitions: both at the mean.
         assert_eq!(a.share_range(), (1.0, 1.0));
     }
@@ -334,5 +343,44 @@ mod tests {
         assert_eq!(a.overlaps, 0);
         assert_eq!(a.fence_regressions, 0);
         assert_eq!(a.cross_handoffs.len(), 2);
+    }
+
+    #[test]
+    fn overtakes_count_the_others_served_while_one_waited() {
+        let at = |contender, asked_ns, acquired_ns| Hold {
+            contender,
+            asked_ns,
+            acquired_ns,
+            released_ns: acquired_ns + 5,
+            fence: acquired_ns,
+        };
+        // Contender 0 asks at 1 and is served at 40; 1, 2 and 3 are served in between (2 asked
+        // before 0 did, 3 after: both count, the wait is what it is). 1's second hold, asked at
+        // 16, is overtaken by 2 and 3, and by 0's.
+        let records = vec![
+            ContenderRecord {
+                holds: vec![at(0, 1, 40)],
+                ..Default::default()
+            },
+            ContenderRecord {
+                holds: vec![at(1, 0, 10), at(1, 16, 50)],
+                ..Default::default()
+            },
+            ContenderRecord {
+                holds: vec![at(2, 0, 20)],
+                ..Default::default()
+            },
+            ContenderRecord {
+                holds: vec![at(3, 5, 30)],
+                ..Default::default()
+            },
+        ];
+        assert_eq!(analyze(&records).max_overtakes, 3);
+        // Alone, nobody overtakes.
+        let alone = vec![ContenderRecord {
+            holds: vec![at(0, 0, 1), at(0, 6, 7)],
+            ..Default::default()
+        }];
+        assert_eq!(analyze(&alone).max_overtakes, 0);
     }
 }

@@ -114,6 +114,17 @@ impl CommandStats {
             .collect()
     }
 
+    /// Microseconds Redis spent running scripts (`EVALSHA`, `EVAL`) since `earlier`, by its own
+    /// `usec` counts: the script and the commands it called, not reading the request or writing
+    /// the reply. (The commands a script calls are counted under their own names too, so a sum
+    /// over every command would count them twice.)
+    pub(crate) fn script_usec_since(&self, earlier: &CommandStats) -> u64 {
+        self.deltas(earlier)
+            .filter(|(name, _, _)| matches!(*name, "evalsha" | "eval"))
+            .map(|(_, _, usec)| usec)
+            .sum()
+    }
+
     fn deltas<'a>(
         &'a self,
         earlier: &'a CommandStats,

@@ -103,8 +103,14 @@ pub(crate) struct S2Row {
     pub(crate) max_wait_us: f64,
     /// The bound the longest wait is held to: 1.5 × contenders × (mean hold + round trip), in µs.
     pub(crate) max_wait_bound_us: f64,
+    /// The most acquisitions by other contenders while one contender waited (FIFO: at most
+    /// contenders − 1). Unlike the longest wait, the machine's pauses do not move it.
+    pub(crate) max_overtakes: u64,
     /// CPU the redis-server used during the run, as a share of one core.
     pub(crate) redis_cpu_share: f64,
+    /// Redis's own time running the lock's scripts, per acquisition, in µs (`INFO commandstats`
+    /// of `EVALSHA`: what the protocol's logic costs the server, without the network's share).
+    pub(crate) redis_script_us_per_acquisition: f64,
     #[serde(flatten)]
     pub(crate) floor: FloorFigures,
     pub(crate) targets_met: S2Targets,
@@ -123,6 +129,11 @@ pub(crate) struct FloorFigures {
     pub(crate) floor_handoff_p99_us: Option<f64>,
     /// Redis commands per acquisition of the floor (8 when every acquisition is a hand-off).
     pub(crate) floor_commands_per_acquisition: Option<f64>,
+    /// The floor's longest wait, in µs: what the machine's pauses did to a bare FIFO hand-off.
+    pub(crate) floor_max_wait_us: Option<f64>,
+    /// The wait bound with the machine's hand-off in it: 1.5 × contenders × the floor's mean time
+    /// per acquisition (hold and hand-off, waking the next waiter included), in µs.
+    pub(crate) max_wait_floor_bound_us: Option<f64>,
 }
 
 impl S2Row {
@@ -130,14 +141,22 @@ impl S2Row {
     pub(crate) fn compare_with_floor(&mut self, floor: &S2Row) {
         let ratio = (floor.acquisitions_per_s > 0.0)
             .then(|| self.acquisitions_per_s / floor.acquisitions_per_s);
+        let bound = (floor.acquisitions_per_s > 0.0)
+            .then(|| 1.5 * f64::from(self.contenders) * 1e6 / floor.acquisitions_per_s);
         self.floor = FloorFigures {
             floor_acquisitions_per_s: Some(floor.acquisitions_per_s),
             throughput_vs_floor: ratio.map(round3),
             floor_handoff_p50_us: Some(floor.handoff_p50_us),
             floor_handoff_p99_us: Some(floor.handoff_p99_us),
             floor_commands_per_acquisition: Some(floor.commands_per_acquisition),
+            floor_max_wait_us: Some(floor.max_wait_us),
+            max_wait_floor_bound_us: bound.map(round3),
         };
         self.targets_met.throughput_at_least_0_95_floor = ratio.map(|r| r >= 0.95);
+        self.targets_met.overtakes_within_fifo = self.acquisitions > 0
+            && self.max_overtakes < u64::from(self.contenders.max(1)).max(floor.max_overtakes + 1);
+        self.targets_met.max_wait_within_floor_bound =
+            bound.map(|b| self.acquisitions > 0 && self.max_wait_us <= b);
     }
 }
 
@@ -166,6 +185,14 @@ pub(crate) struct S2Targets {
     /// Acquisitions/s at least 0.95 × the floor of the mechanism's in the same configuration (null
     /// when not compared).
     pub(crate) throughput_at_least_0_95_floor: Option<bool>,
+    /// No contender waited while more acquisitions went to others than the order of a FIFO
+    /// allows: contenders − 1, or (compared with the floor) as many as the floor's own most in the
+    /// same configuration and run, since a contender joins the queue one request after it calls
+    /// acquire and others may join in between, which on a busy machine can be a few hand-offs.
+    pub(crate) overtakes_within_fifo: bool,
+    /// The longest wait at most 1.5 × contenders × the floor's mean time per acquisition in the
+    /// same configuration and run (null when not compared).
+    pub(crate) max_wait_within_floor_bound: Option<bool>,
 }
 
 /// Runs one configuration against the redis-server at `url` (process id `redis_pid`).
@@ -192,7 +219,7 @@ pub(crate) async fn run(
     let mut probe = client.get_multiplexed_async_connection().await?;
     let rtt_us = ping_rtt_us(&mut probe, cfg.rtt_samples).await?;
 
-    let (records, round_trips, (start, end), commands, redis_cpu, redis_connections) =
+    let (records, round_trips, (start, end), (commands, script_us), redis_cpu, redis_connections) =
         match cfg.mode {
             Mode::Tasks => run_tasks(cfg, url, &name, lease_opts, &mut probe, redis_pid).await?,
             Mode::Processes => {
@@ -256,7 +283,9 @@ pub(crate) async fn run(
         share_max: round3(share_max),
         max_wait_us: round3(max_wait_us),
         max_wait_bound_us: round3(max_wait_bound_us),
+        max_overtakes: a.max_overtakes,
         redis_cpu_share: round3(redis_cpu.unwrap_or(0.0) / seconds),
+        redis_script_us_per_acquisition: round3(script_us as f64 / acquisitions),
         floor: FloorFigures::default(),
         targets_met: S2Targets {
             cross_handoff_p99_under_2ms: a.cross_handoffs.len() > 0 && cross_p99_us < 2000.0,
@@ -269,6 +298,9 @@ pub(crate) async fn run(
             shares_within_10_percent: a.acquisitions > 0 && share_min >= 0.9 && share_max <= 1.1,
             max_wait_within_bound: a.acquisitions > 0 && max_wait_us <= max_wait_bound_us,
             throughput_at_least_0_95_floor: None,
+            overtakes_within_fifo: a.acquisitions > 0
+                && a.max_overtakes < u64::from(cfg.contenders.max(1)),
+            max_wait_within_floor_bound: None,
         },
     };
     Ok(row)
@@ -308,7 +340,7 @@ async fn run_tasks(
         records,
         round_trips,
         (start, end),
-        stats1.since(&stats0),
+        (stats1.since(&stats0), stats1.script_usec_since(&stats0)),
         cpu,
         connections,
     ))
@@ -351,7 +383,7 @@ type RunOutput = (
     Vec<ContenderRecord>,
     u64,
     (u64, u64),
-    BTreeMap<String, u64>,
+    (BTreeMap<String, u64>, u64),
     Option<f64>,
     u64,
 );
@@ -437,7 +469,7 @@ async fn run_processes(
         records,
         round_trips,
         (start, end),
-        stats1.since(&stats0),
+        (stats1.since(&stats0), stats1.script_usec_since(&stats0)),
         cpu0.zip(cpu1).map(|(a, b)| b - a),
         connections,
     ))

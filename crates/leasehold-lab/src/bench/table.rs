@@ -123,10 +123,22 @@ fn s2_row(row: &super::s2::S2Row) {
         row.commands_per_acquisition,
         row.overlaps
     );
+    let by_floor = match (
+        row.floor.max_wait_floor_bound_us,
+        row.floor.floor_max_wait_us,
+    ) {
+        (Some(bound), Some(floor)) => format!(
+            ", {:.1} ms by the floor's hand-off; the floor's longest {:.1} ms",
+            bound / 1e3,
+            floor / 1e3
+        ),
+        _ => String::new(),
+    };
     println!(
-        "      shares {:.2}-{:.2} of the mean; longest wait {:.1} ms (bound {:.1} ms)",
+        "      shares {:.2}-{:.2} of the mean; at most {} served first while one waited; longest wait {:.1} ms (bound {:.1} ms{by_floor})",
         row.share_min,
         row.share_max,
+        row.max_overtakes,
         row.max_wait_us / 1e3,
         row.max_wait_bound_us / 1e3
     );
@@ -135,12 +147,17 @@ fn s2_row(row: &super::s2::S2Row) {
         Some(met) => format!(">= 0.95 x floor: {}; ", yes_no(met)),
         None => String::new(),
     };
+    let wait_by_floor = match t.max_wait_within_floor_bound {
+        Some(met) => format!(" (by the floor's: {})", yes_no(met)),
+        None => String::new(),
+    };
     println!(
-        "      {floor}>= 0.95 x ideal: {}; round trips <= 3: {}; cross p99 <= 1 ms: {}; shares +-10%: {}; longest wait: {}; no overlaps: {}",
+        "      {floor}>= 0.95 x ideal: {}; round trips <= 3: {}; cross p99 <= 1 ms: {}; shares +-10%: {}; FIFO order: {}; longest wait: {}{wait_by_floor}; no overlaps: {}",
         yes_no(t.throughput_at_least_0_95_ideal),
         yes_no(t.round_trips_at_most_3),
         yes_no(t.cross_handoff_p99_at_most_1ms),
         yes_no(t.shares_within_10_percent),
+        yes_no(t.overtakes_within_fifo),
         yes_no(t.max_wait_within_bound),
         yes_no(t.no_overlaps)
     );

@@ -3,7 +3,8 @@
 //!
 //! Every script but renew and the notes begins with `names.lua` (the lock and record keys, the clock
 //! estimate), then `fence.lua` (the server clock and the fence rule, which Redlock's scripts begin
-//! with too) and `lib.lua` (the record, the waiter queue and the hand-over), joined at compile time
+//! with too) and `lib.lua` (the record, the waiter queue and the hand-over; `lib_more.lua` after it
+//! for the scripts off the lock's hot path: the semaphore's, the abandon's, the operator's), joined at compile time
 //! with `concat!`, not built by formatting: they are written once, so the rule that hands a lock to
 //! the next waiter cannot differ between the release, the abandon and the acquire that finds an
 //! expired lock. The acquire and the release put a fast part (`acquire_fast.lua`, `release_fast.lua`)
@@ -29,6 +30,10 @@ const ACQUIRE_LUA: &str = concat!(
     include_str!("acquire_fast.lua"),
     include_str!("fence.lua"),
     include_str!("lib.lua"),
+    // The semaphore's check, built only when called (the record says the name may be one).
+    "local function semaphore_in_use()\n",
+    include_str!("lib_more.lua"),
+    "return semaphore_in_use()\nend\n",
     include_str!("acquire.lua")
 );
 const RELEASE_LUA: &str = concat!(
@@ -42,12 +47,14 @@ const ABANDON_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("fence.lua"),
     include_str!("lib.lua"),
+    include_str!("lib_more.lua"),
     include_str!("abandon.lua")
 );
 const FORCE_RELEASE_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("fence.lua"),
     include_str!("lib.lua"),
+    include_str!("lib_more.lua"),
     include_str!("force_release.lua")
 );
 /// Renewal is the one script on the path of every held lease, many times per TTL: it stays minimal.
@@ -56,24 +63,28 @@ const SEM_ACQUIRE_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("fence.lua"),
     include_str!("lib.lua"),
+    include_str!("lib_more.lua"),
     include_str!("sem_acquire.lua")
 );
 const SEM_RELEASE_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("fence.lua"),
     include_str!("lib.lua"),
+    include_str!("lib_more.lua"),
     include_str!("sem_release.lua")
 );
 const SEM_RENEW_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("fence.lua"),
     include_str!("lib.lua"),
+    include_str!("lib_more.lua"),
     include_str!("sem_renew.lua")
 );
 const CHECK_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("fence.lua"),
     include_str!("lib.lua"),
+    include_str!("lib_more.lua"),
     include_str!("check.lua")
 );
 

@@ -20,13 +20,20 @@ local function alive_key(token)
 end
 
 -- The numbers `from` to `to` of a packed argument ("12,34,56": the fields the fast parts do not
--- read ride in one argument).
+-- read ride in one argument). Only those are parsed: Lua's tonumber is a strtod in Redis, the
+-- costliest step of a hand-over after the interpreter's own.
 local function unpack_numbers(packed, from, to)
-  local fields = {}
+  local fields, i = {}, 0
   for n in string.gmatch(packed, '%d+') do
-    fields[#fields + 1] = tonumber(n)
+    i = i + 1
+    if i >= from then
+      fields[i - from + 1] = tonumber(n)
+      if i == to then
+        break
+      end
+    end
   end
-  return unpack(fields, from, to)
+  return unpack(fields, 1, to - from + 1)
 end
 
 -- Lengthens a key's life to at least `ms`, never shortens it.

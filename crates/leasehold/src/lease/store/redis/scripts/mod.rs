@@ -407,12 +407,16 @@ pub(crate) fn release_at(
     let script = if permits > 1 { &SEM_RELEASE } else { &RELEASE };
     let at = at.unwrap_or(Estimate { lo: 0, hi: 0 });
     let mut call = Call::on_lock(script, lock_key, t);
+    let hi = u64::try_from(at.hi).unwrap_or(0);
     call.arg(token).arg(packed(&[
-        u64::try_from(at.hi).unwrap_or(0),
+        hi,
         u64::try_from(at.lo).unwrap_or(0),
         ms(t.released_memory),
         ms(t.window()),
         ms(t.retention),
+        // The earliest join time of a waiter still live by it (the fast hand-over compares it with
+        // the queue's scores as digits).
+        hi.saturating_sub(ms(t.window()).saturating_mul(1000)),
     ]));
     call
 }

@@ -16,10 +16,16 @@ end
 
 -- The next holder's record, written before the old one is read (one command for both); what the old
 -- one says that this write did not (a higher fence, another flag, a given-up head) is put right after.
--- Returns whether `head` got the lock (false: it had given up).
-local function hand_to(head, first)
+-- Returns whether `head` got the lock (false: it had given up). `written`: the fast part wrote the
+-- record already, and this is what it held before.
+local function hand_to(head, first, written)
   local r = {fence = hi, flags = 'q', holder = head, released = token}
-  local old = redis.call('SET', fence_key, record_text(r), 'PX', retention_ms, 'GET')
+  local old
+  if written then
+    old = written.old
+  else
+    old = redis.call('SET', fence_key, record_text(r), 'PX', retention_ms, 'GET')
+  end
   local prev = old and parse_record(old)
   if old and not prev then
     redis.call('SET', fence_key, old)
@@ -51,6 +57,9 @@ local function hand_to(head, first)
   return true
 end
 
+if pending and hand_to(pending.head, pending.first, pending) then
+  return released()
+end
 while true do
   local head, first = pop_live(window)
   if not head then

@@ -299,6 +299,81 @@ async fn on_an_estimate_the_fast_part_answers_with_the_fence_alone_and_never_low
     );
 }
 
+/// A release as the client sends it on the common path: on its estimate of the server's clock.
+async fn release_on(con: &mut Con, k: &LeaseKeys, token: &str, at: Estimate) -> i64 {
+    invoke(con, &release_at(&k.lock, token, 1, &tuning(), Some(at)))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn on_an_estimate_the_release_hands_over_before_the_library_and_agrees_with_it() {
+    let (_srv, mut con, k) = setup().await;
+    let est = |now: i64| Estimate {
+        lo: now - 1_000,
+        hi: now + 1_000,
+    };
+    // The common case: the head of the queue, live by its join time, under a plain record.
+    let at = est(server_us(&mut con).await);
+    acquire_on(&mut con, &k, "a", Duration::ZERO, at).await;
+    assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
+    let at = est(server_us(&mut con).await);
+    assert_eq!(release_on(&mut con, &k, "a", at).await, 1);
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("b"));
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b:q"));
+    let ttl = pttl(&mut con, &k.lock).await;
+    assert!(ttl > 0 && ttl <= 1_000, "first TTL {ttl}");
+    assert_eq!(
+        get(&mut con, &k.fence).await,
+        Some(format!("{}:q:b:a", at.hi))
+    );
+    // Run twice: the retry hears "released" from the record and hands nothing more over.
+    assert_eq!(release_on(&mut con, &k, "a", at).await, 1);
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b:q"));
+    let grant = popped_grant(&mut con, &k, "b").await.expect("b was told");
+    assert_eq!(
+        (grant.fence, grant.at_us, grant.ttl_ms),
+        (at.hi as u64, at.lo, 1_000)
+    );
+    assert!(popped_grant(&mut con, &k, "b").await.is_none(), "told once");
+    assert!(queue(&mut con, &k).await.is_empty());
+
+    // A record whose fence outran the estimate: the library's rule takes over after the fast part
+    // wrote the record, and the fence still goes up.
+    assert!(is_busy(acquire(&mut con, &k, "c", SEC).await));
+    let ahead = at.hi as u64 + 1_000_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(&k.fence)
+        .arg(format!("{ahead}:q:b:a"))
+        .arg("KEEPTTL")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let at = est(server_us(&mut con).await);
+    assert_eq!(release_on(&mut con, &k, "b", at).await, 1);
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("c"));
+    let grant = popped_grant(&mut con, &k, "c").await.expect("c was told");
+    assert!(grant.fence > ahead, "{} after {ahead}", grant.fence);
+    assert_eq!(record_fence(&mut con, &k).await, Some(grant.fence));
+
+    // A head that joined longer ago than the window and kept no alive key is dropped, as the
+    // library drops one; the next live waiter gets the lock.
+    assert!(is_busy(acquire(&mut con, &k, "e", SEC).await));
+    let _: () = redis::cmd("ZADD")
+        .arg(&k.queue)
+        .arg(1_000)
+        .arg("d,1000")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let at = est(server_us(&mut con).await);
+    assert_eq!(release_on(&mut con, &k, "c", at).await, 1);
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("e"));
+    assert!(popped_grant(&mut con, &k, "d").await.is_none());
+    assert!(popped_grant(&mut con, &k, "e").await.is_some());
+    assert!(queue(&mut con, &k).await.is_empty());
+}
+
 #[tokio::test]
 async fn a_release_hands_the_lock_to_the_first_waiter_with_a_short_first_ttl_and_a_new_fence() {
     let (_srv, mut con, k) = setup().await;

@@ -1,6 +1,7 @@
 -- acquire, first part: the common case, a free lock with nothing queued, answered in three commands
 -- (the lock's `SET NX PX GET`, the record's `SET GET`), before lib.lua's functions are built. Every
--- other case goes on in acquire.lua with what was read here, so no command is sent twice.
+-- other case goes on in acquire.lua with what was read here, so no command is sent twice, except the
+-- common join of a waiter behind a holder with others queued (at the end), answered here too.
 -- KEYS[1] lock (KEYS[2] the never-existing key, on a Redis Cluster)
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the server clock's estimate µs, no earlier than it (0: none,
 -- TIME is read), ARGV[4] how long the record is kept ms (the retention, at least the TTL), ARGV[5] what
@@ -67,5 +68,28 @@ if not held then
       return hi_text
     end
     return {1, hi, tonumber(ARGV[2]), hi, exact}
+  end
+end
+
+-- The common join, still before lib.lua: a waiter behind a holder that already has others queued
+-- (the lock holds `<holder>:q`, not the caller's own) takes its place in the queue, or refreshes it,
+-- as lib.lua's `enqueue` does, and is told busy; nothing else is read. On the caller's estimate only
+-- (a caller without one goes by TIME, in the second part).
+if held and exact == 0 and string.byte(ARGV[5]) ~= 48 and string.sub(held, -2) == ':q'
+    and held ~= token .. ':q' then
+  local block, first, slack, life = string.match(ARGV[5], '^(%d+),%d+,(%d+),(%d+),%d+,(%d+),')
+  if block then
+    local queue_key = base .. 'queue'
+    local added = redis.call('ZADD', queue_key, 'NX', hi_text, token .. ',' .. first)
+    redis.call('PEXPIRE', queue_key, life)
+    local pttl = -3
+    if added == 0 then
+      redis.call('SET', base .. 'alive:' .. token, '1', 'PX', tonumber(block) + tonumber(slack))
+      if redis.call('PTTL', fence_key) < tonumber(life) then
+        redis.call('PEXPIRE', fence_key, life)
+      end
+      pttl = redis.call('PTTL', lock_key)
+    end
+    return {0, pttl, tonumber(hi_text), 0}
   end
 end

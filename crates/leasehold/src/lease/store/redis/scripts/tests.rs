@@ -299,6 +299,59 @@ async fn on_an_estimate_the_fast_part_answers_with_the_fence_alone_and_never_low
     );
 }
 
+#[tokio::test]
+async fn on_an_estimate_a_waiter_behind_a_queue_joins_before_the_library_and_keeps_its_place() {
+    let (_srv, mut con, k) = setup().await;
+    let est = |now: i64| Estimate {
+        lo: now - 1_000,
+        hi: now + 1_000,
+    };
+    assert!(matches!(
+        acquire(&mut con, &k, "a", Duration::ZERO).await,
+        AcquireReply::Taken { .. }
+    ));
+    // The first waiter marks the lock (the second part); the next ones join on the fast path.
+    assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("a:q"));
+    let at = est(server_us(&mut con).await);
+    let joined = acquire_on(&mut con, &k, "c", SEC, at).await;
+    match AcquireReply::from_value(Ok(joined)).unwrap() {
+        AcquireReply::Busy { pttl_ms, .. } => assert_eq!(pttl_ms, -3),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(queue(&mut con, &k).await, ["b", "c"]);
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg(&k.queue)
+        .arg("c,1000")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(score as i64, at.hi, "its place is the estimate's time");
+    assert!(!exists(&mut con, &k.alive("c")).await);
+    // Run again (a refresh, or a retry): the same place, an alive key, the lock's TTL read.
+    let later = est(server_us(&mut con).await + 5_000);
+    let refreshed = acquire_on(&mut con, &k, "c", SEC, later).await;
+    match AcquireReply::from_value(Ok(refreshed)).unwrap() {
+        AcquireReply::Busy { pttl_ms, .. } => {
+            assert!(pttl_ms > 0 && pttl_ms <= 30_000, "{pttl_ms}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(queue(&mut con, &k).await, ["b", "c"]);
+    assert!(exists(&mut con, &k.alive("c")).await);
+    // The holder's own retry is not a join: it gets its lease back.
+    assert!(matches!(
+        AcquireReply::from_value(Ok(acquire_on(&mut con, &k, "a", SEC, later).await)),
+        Ok(AcquireReply::Taken { .. })
+    ));
+    assert_eq!(queue(&mut con, &k).await, ["b", "c"]);
+    // Served in order: b, then c.
+    assert!(release(&mut con, &k, "a").await);
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("b"));
+    assert!(release(&mut con, &k, "b").await);
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("c"));
+}
+
 /// A release as the client sends it on the common path: on its estimate of the server's clock.
 async fn release_on(con: &mut Con, k: &LeaseKeys, token: &str, at: Estimate) -> i64 {
     invoke(con, &release_at(&k.lock, token, 1, &tuning(), Some(at)))

@@ -328,7 +328,23 @@ async fn on_an_estimate_a_waiter_behind_a_queue_joins_before_the_library_and_kee
         .unwrap();
     assert_eq!(score as i64, at.hi, "its place is the estimate's time");
     assert!(!exists(&mut con, &k.alive("c")).await);
-    // Run again (a refresh, or a retry): the same place, an alive key, the lock's TTL read.
+    // Run twice with the same arguments (a retry after a reconnect): the same place, and the retry
+    // counts as a refresh of it (an alive key), as the library's enqueue does.
+    let retried = acquire_on(&mut con, &k, "c", SEC, at).await;
+    assert!(matches!(
+        AcquireReply::from_value(Ok(retried)).unwrap(),
+        AcquireReply::Busy { .. }
+    ));
+    assert_eq!(queue(&mut con, &k).await, ["b", "c"]);
+    let score_again: f64 = redis::cmd("ZSCORE")
+        .arg(&k.queue)
+        .arg("c,1000")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(score_again, score);
+    assert!(exists(&mut con, &k.alive("c")).await);
+    // Run again later (a refresh): the same place, the lock's TTL read.
     let later = est(server_us(&mut con).await + 5_000);
     let refreshed = acquire_on(&mut con, &k, "c", SEC, later).await;
     match AcquireReply::from_value(Ok(refreshed)).unwrap() {

@@ -73,9 +73,10 @@ end
 
 -- The common join, still before lib.lua: a waiter behind a holder that already has others queued
 -- (the lock holds `<holder>:q`, not the caller's own) takes its place in the queue, or refreshes it,
--- as lib.lua's `enqueue` does, and is told busy; nothing else is read. On the caller's estimate only
--- (a caller without one goes by TIME, in the second part).
-if held and exact == 0 and string.byte(ARGV[5]) ~= 48 and string.sub(held, -2) == ':q'
+-- as lib.lua's `enqueue` does, and is told busy; nothing else is read. On the caller's estimate, or
+-- on the server's clock read above when the caller had none (a waiter that never takes the lock at
+-- once learns the clock only from its releases, so it is without an estimate now and then).
+if held and string.byte(ARGV[5]) ~= 48 and string.sub(held, -2) == ':q'
     and held ~= token .. ':q' then
   local block, first, slack, life = string.match(ARGV[5], '^(%d+),%d+,(%d+),(%d+),%d+,(%d+),')
   if block then
@@ -89,6 +90,9 @@ if held and exact == 0 and string.byte(ARGV[5]) ~= 48 and string.sub(held, -2) =
         redis.call('PEXPIRE', fence_key, life)
       end
       pttl = redis.call('PTTL', lock_key)
+    end
+    if exact == 1 then
+      return {0, pttl, hi, 1}
     end
     return {0, pttl, tonumber(hi_text), 0}
   end

@@ -35,14 +35,24 @@ end
 -- The common hand-over, still before lib.lua's functions are built: the queue's head, live by its
 -- join time (or by its alive key), gets the lock when the record is the plain one a holder with
 -- waiters has (`<fence>:q:<holder>:<released>`, its fence below the clock's estimate). Numbers stay
--- digit strings here (no tonumber: a strtod in Redis). Anything else (no estimate, a record with
--- other flags or a fence that outran the estimate, a dead head) goes on in release.lua, with what was
--- done here: a head popped and its record written (`pending`), or a dead head dropped as pop_live
--- drops one.
-local hi_s, lo_s, retention_s, live_from =
-  string.match(ARGV[2], '^(%d+),(%d+),%d+,%d+,(%d+),(%d+)$')
+-- digit strings here (no tonumber: a strtod in Redis). Anything else (a record with other flags or a
+-- fence that outran the estimate, a dead head) goes on in release.lua, with what was done here: a
+-- head popped and its record written (`pending`), or a dead head dropped as pop_live drops one.
+local hi_s, lo_s, window_s, retention_s, live_from =
+  string.match(ARGV[2], '^(%d+),(%d+),%d+,(%d+),(%d+),(%d+)$')
+if hi_s == '0' then
+  -- No estimate (a holder that was handed the lock and has not read the clock for a while): the
+  -- server's, read once here and given back in the reply (`released` in release.lua) so that the
+  -- caller has an estimate again.
+  local t = redis.call('TIME')
+  hi = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  lo, exact = hi, 1
+  hi_s = string.format('%d', hi)
+  lo_s = hi_s
+  live_from = string.format('%d', hi - tonumber(window_s) * 1000)
+end
 local pending
-if hi_s and hi_s ~= '0' then
+if hi_s then
   local popped = redis.call('ZPOPMIN', base .. 'queue')
   local head, first = nil, nil
   if popped[1] then
@@ -62,14 +72,19 @@ if hi_s and hi_s ~= '0' then
       local wake = base .. 'wake:' .. head
       redis.call('LPUSH', wake, hi_s .. ',' .. lo_s .. ',' .. first)
       redis.call('PEXPIRE', wake, first)
+      if exact == 1 then
+        return {1, math.floor(hi / 1000000), hi % 1000000}
+      end
       return 1
     end
     pending = {head = head, first = tonumber(first), old = old}
   end
 end
-hi, lo = tonumber(hi_s), tonumber(lo_s)
-if not hi or hi <= 0 then
-  local t = redis.call('TIME')
-  hi = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  lo, exact = hi, 1
+if exact == 0 then
+  hi, lo = tonumber(hi_s), tonumber(lo_s)
+  if not hi or hi <= 0 then
+    local t = redis.call('TIME')
+    hi = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    lo, exact = hi, 1
+  end
 end

@@ -443,6 +443,78 @@ async fn on_an_estimate_the_release_hands_over_before_the_library_and_agrees_wit
     assert!(queue(&mut con, &k).await.is_empty());
 }
 
+/// A waiter that never takes the lock at once has no estimate of the server's clock now and then
+/// (it learns the clock from its releases): its join behind a queue and its release that hands over
+/// read `TIME` once and take the same common path, and the release gives the time back.
+#[tokio::test]
+async fn without_an_estimate_the_join_and_the_hand_over_read_the_clock_once_and_agree() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    assert!(is_busy(acquire(&mut con, &k, "b", SEC).await));
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("a:q"));
+    // The join: busy, its place the server's time it replies, and run twice the same place.
+    let before = server_us(&mut con).await;
+    let joined = acquire(&mut con, &k, "c", SEC).await;
+    let after = server_us(&mut con).await;
+    let at = match joined {
+        AcquireReply::Busy {
+            server_us, exact, ..
+        } => {
+            assert!(exact, "the script read the clock");
+            server_us
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        (before..=after).contains(&at),
+        "{before} <= {at} <= {after}"
+    );
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg(&k.queue)
+        .arg("c,1000")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(score as i64, at, "its place is the clock's reading");
+    assert!(is_busy(acquire(&mut con, &k, "c", SEC).await));
+    assert_eq!(queue(&mut con, &k).await, ["b", "c"]);
+    assert!(
+        exists(&mut con, &k.alive("c")).await,
+        "the rerun refreshed it"
+    );
+
+    // The hand-over: the head gets the lock with the clock's reading as its fence, and the reply
+    // carries that reading for the releaser to learn.
+    let before = server_us(&mut con).await;
+    let inv = super::release(&k.lock, "a", 1, &tuning());
+    let (ours, told) = renewed(Ok(invoke(&mut con, &inv).await.unwrap())).unwrap();
+    let after = server_us(&mut con).await;
+    assert!(ours);
+    let told = told.expect("the release gives the clock back");
+    assert!(
+        (before..=after).contains(&told),
+        "{before} <= {told} <= {after}"
+    );
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b:q"));
+    assert_eq!(get(&mut con, &k.fence).await, Some(format!("{told}:q:b:a")));
+    let grant = popped_grant(&mut con, &k, "b").await.expect("b was told");
+    assert_eq!((grant.fence, grant.at_us), (told as u64, told));
+    // Run twice: "released" again, nothing more handed over.
+    assert!(release(&mut con, &k, "a").await);
+    assert_eq!(get(&mut con, &k.lock).await.as_deref(), Some("b:q"));
+    assert!(popped_grant(&mut con, &k, "b").await.is_none(), "told once");
+    assert_eq!(queue(&mut con, &k).await, ["c"]);
+    // The next hand-over goes by a fresh reading: the fence goes up.
+    assert!(release(&mut con, &k, "b").await);
+    let next = popped_grant(&mut con, &k, "c").await.expect("c was told");
+    assert!(
+        next.fence > grant.fence,
+        "{} after {}",
+        next.fence,
+        grant.fence
+    );
+}
+
 #[tokio::test]
 async fn a_release_hands_the_lock_to_the_first_waiter_with_a_short_first_ttl_and_a_new_fence() {
     let (_srv, mut con, k) = setup().await;

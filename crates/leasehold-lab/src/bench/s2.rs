@@ -85,6 +85,11 @@ pub(crate) struct S2Row {
     pub(crate) cross_share: f64,
     pub(crate) round_trips_per_acquisition: f64,
     pub(crate) commands_per_acquisition: f64,
+    /// Redis commands per acquisition in the run's middle three fifths only (the commands between
+    /// two readings of `INFO commandstats` at 1/5 and 4/5 of the window, over the acquisitions that
+    /// returned between them): the steady state, without each contender's first request (no
+    /// estimate of the server's clock yet) and its giving up at the end (a waiter leaves the queue).
+    pub(crate) steady_commands_per_acquisition: f64,
     /// Redis command calls during the run by command (script internals included).
     pub(crate) commands: BTreeMap<String, u64>,
     pub(crate) overlaps: u64,
@@ -220,16 +225,24 @@ pub(crate) async fn run(
     let mut probe = client.get_multiplexed_async_connection().await?;
     let rtt_us = ping_rtt_us(&mut probe, cfg.rtt_samples).await?;
 
-    let (records, round_trips, (start, end), (commands, script_us), redis_cpu, redis_connections) =
-        match cfg.mode {
-            Mode::Tasks => run_tasks(cfg, url, &name, lease_opts, &mut probe, redis_pid).await?,
-            Mode::Processes => {
-                run_processes(
-                    cfg, url, &name, worker_exe, lease_opts, &mut probe, redis_pid,
-                )
-                .await?
-            }
-        };
+    let RunOutput {
+        records,
+        round_trips,
+        window: (start, end),
+        commands,
+        script_us,
+        steady,
+        redis_cpu,
+        redis_connections,
+    } = match cfg.mode {
+        Mode::Tasks => run_tasks(cfg, url, &name, lease_opts, &mut probe, redis_pid).await?,
+        Mode::Processes => {
+            run_processes(
+                cfg, url, &name, worker_exe, lease_opts, &mut probe, redis_pid,
+            )
+            .await?
+        }
+    };
 
     let a = analyze(&records);
     // The window: from the start signal to the end, or to the last release if a hold ran past it.
@@ -273,6 +286,7 @@ pub(crate) async fn run(
         cross_share: round3(cross_share),
         round_trips_per_acquisition: round3(round_trips as f64 / acquisitions),
         commands_per_acquisition: round3(total_commands as f64 / acquisitions),
+        steady_commands_per_acquisition: steady.per_acquisition(&records),
         commands,
         overlaps: a.overlaps,
         fence_regressions: a.fence_regressions,
@@ -328,6 +342,7 @@ async fn run_tasks(
         .zip(lockers.iter().cloned())
         .map(|(i, locker)| tokio::spawn(contend(locker, name.to_owned(), i, cfg.hold, end)))
         .collect();
+    let steady = Steady::read(probe, start, end).await?;
     let mut records = Vec::with_capacity(tasks.len());
     for t in tasks {
         records.push(t.await.context("an S2 contender task panicked")?);
@@ -336,15 +351,16 @@ async fn run_tasks(
     let connections = connected_clients(probe).await?;
     let stats1 = CommandStats::read(probe).await?;
     let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
-    let cpu = cpu0.zip(cpu1).map(|(a, b)| b - a);
-    Ok((
+    Ok(RunOutput {
         records,
         round_trips,
-        (start, end),
-        (stats1.since(&stats0), stats1.script_usec_since(&stats0)),
-        cpu,
-        connections,
-    ))
+        window: (start, end),
+        commands: stats1.since(&stats0),
+        script_us: stats1.script_usec_since(&stats0),
+        steady,
+        redis_cpu: cpu0.zip(cpu1).map(|(a, b)| b - a),
+        redis_connections: connections,
+    })
 }
 
 /// One locker per contender, connected before the start signal. leasehold's contenders are clones
@@ -380,14 +396,68 @@ async fn connect_lockers(
     })
 }
 
-type RunOutput = (
-    Vec<ContenderRecord>,
-    u64,
-    (u64, u64),
-    (BTreeMap<String, u64>, u64),
-    Option<f64>,
-    u64,
-);
+/// What one run of a configuration recorded.
+struct RunOutput {
+    records: Vec<ContenderRecord>,
+    /// Requests the contenders sent.
+    round_trips: u64,
+    /// The measured window, start and end on [`mono_ns`].
+    window: (u64, u64),
+    /// Redis command calls during the run by command.
+    commands: BTreeMap<String, u64>,
+    /// Redis's time in `EVALSHA`, µs.
+    script_us: u64,
+    steady: Steady,
+    /// CPU seconds the redis-server used.
+    redis_cpu: Option<f64>,
+    /// Connections the contenders had open at the end.
+    redis_connections: u64,
+}
+
+/// The commands of the window's middle three fifths (the steady state).
+#[derive(Debug, Default)]
+struct Steady {
+    from_ns: u64,
+    to_ns: u64,
+    commands: u64,
+}
+
+impl Steady {
+    /// Reads `INFO commandstats` at 1/5 and at 4/5 of the window `start..end` (sleeping until
+    /// each), while the contenders run.
+    async fn read(
+        probe: &mut redis::aio::MultiplexedConnection,
+        start: u64,
+        end: u64,
+    ) -> anyhow::Result<Self> {
+        let fifth = (end - start) / 5;
+        let (from_ns, to_ns) = (start + fifth, end - fifth);
+        sleep_until_ns(from_ns).await;
+        let first = CommandStats::read(probe).await?;
+        sleep_until_ns(to_ns).await;
+        let last = CommandStats::read(probe).await?;
+        Ok(Steady {
+            from_ns,
+            to_ns,
+            commands: last.since(&first).values().sum(),
+        })
+    }
+
+    /// The commands per acquisition that returned between the two readings.
+    fn per_acquisition(&self, records: &[ContenderRecord]) -> f64 {
+        let taken = records
+            .iter()
+            .flat_map(|r| &r.holds)
+            .filter(|h| (self.from_ns..self.to_ns).contains(&h.acquired_ns))
+            .count();
+        round3(self.commands as f64 / taken.max(1) as f64)
+    }
+}
+
+/// Sleeps until `at_ns` on [`mono_ns`] (at once if that has passed).
+async fn sleep_until_ns(at_ns: u64) {
+    tokio::time::sleep(Duration::from_nanos(at_ns.saturating_sub(mono_ns()))).await;
+}
 
 /// Spawns one `__bench-worker s2` per contender, waits for all to be connected, starts them together
 /// and collects their recorded holds.
@@ -443,6 +513,7 @@ async fn run_processes(
         stdin.write_all(format!("go {end}\n").as_bytes()).await?;
         stdin.flush().await?;
     }
+    let steady = Steady::read(probe, start, end).await?;
     let mut records = Vec::with_capacity(pipes.len());
     let mut round_trips = 0u64;
     let wait = cfg.duration + Duration::from_secs(60);
@@ -466,14 +537,16 @@ async fn run_processes(
     for mut child in children {
         let _ = child.wait().await;
     }
-    Ok((
+    Ok(RunOutput {
         records,
         round_trips,
-        (start, end),
-        (stats1.since(&stats0), stats1.script_usec_since(&stats0)),
-        cpu0.zip(cpu1).map(|(a, b)| b - a),
-        connections,
-    ))
+        window: (start, end),
+        commands: stats1.since(&stats0),
+        script_us: stats1.script_usec_since(&stats0),
+        steady,
+        redis_cpu: cpu0.zip(cpu1).map(|(a, b)| b - a),
+        redis_connections: connections,
+    })
 }
 
 /// What an S2 worker process sends back: one JSON line.

@@ -135,7 +135,8 @@ fn s2_row(row: &super::s2::S2Row) {
         _ => String::new(),
     };
     println!(
-        "      shares {:.2}-{:.2} of the mean; at most {} served first while one waited; longest wait {:.1} ms (bound {:.1} ms{by_floor})",
+        "      {:.2} commands per acquisition in the steady state; shares {:.2}-{:.2} of the mean; at most {} served first while one waited; longest wait {:.1} ms (bound {:.1} ms{by_floor})",
+        row.steady_commands_per_acquisition,
         row.share_min,
         row.share_max,
         row.max_overtakes,

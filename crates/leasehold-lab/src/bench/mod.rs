@@ -458,7 +458,12 @@ impl Bench<'_> {
                     )
                     .await;
                     match r {
-                        Ok(row) => report.stores.push(row),
+                        Ok(row) => {
+                            if let Some(note) = stores::s3_lost_note(&row) {
+                                report.notes.push(note);
+                            }
+                            report.stores.push(row);
+                        }
                         Err(e) => {
                             report
                                 .failures

@@ -255,6 +255,21 @@ pub(crate) async fn measure(
     })
 }
 
+/// What a store's S3 losing leases means, for the report's notes: the store did not renew that many
+/// leases within their TTL on this machine (its limit here, not a fault of the run); `None` when it
+/// lost none.
+pub(crate) fn s3_lost_note(row: &StoreRow) -> Option<String> {
+    (row.s3_lost > 0).then(|| {
+        format!(
+            "S5 S3 on {}: {} of {} leases lost while held (TTL 3 s, renewal every 1 s): this store did not keep up with {} renewals a second on this machine; run S5 with fewer --leases to find what it does keep up with",
+            row.store,
+            row.s3_lost,
+            row.s3_leases,
+            row.s3_leases
+        )
+    })
+}
+
 struct S1Side {
     rate: f64,
     lat: Latencies,
@@ -445,4 +460,39 @@ async fn s3(
         acquire_all_s: held.acquire_all_s,
         lost: stop.lost,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(lost: u64) -> StoreRow {
+        StoreRow {
+            store: "etcd",
+            s1_cycles_per_s: 1.0,
+            s1_p50_us: 1.0,
+            s1_p99_us: 1.0,
+            s1_round_trips_per_cycle: 2.0,
+            s1_ratio_to_redis: 0.1,
+            s2_acquisitions_per_s: 1.0,
+            s2_round_trips_per_acquisition: 2.0,
+            s2_ratio_to_redis: 0.5,
+            s2_overlaps: 0,
+            s3_leases: 10_000,
+            s3_bytes_per_lease: 900.0,
+            s3_renewal_round_trips_per_s: 40.0,
+            s3_acquire_all_s: 1.0,
+            s3_lost: lost,
+        }
+    }
+
+    #[test]
+    fn leases_lost_in_s3_are_named_as_the_store_not_keeping_up() {
+        assert_eq!(s3_lost_note(&row(0)), None);
+        let note = s3_lost_note(&row(9_232)).expect("a note");
+        assert!(
+            note.contains("etcd") && note.contains("9232 of 10000") && note.contains("--leases"),
+            "{note}"
+        );
+    }
 }

@@ -115,6 +115,16 @@ async fn queue(con: &mut Con, k: &LeaseKeys) -> Vec<String> {
         .collect()
 }
 
+/// The queue's score of `entry` (`<token>,<first TTL ms>`): when it joined, in µs.
+async fn queue_score(con: &mut Con, k: &LeaseKeys, entry: &str) -> f64 {
+    redis::cmd("ZSCORE")
+        .arg(&k.queue)
+        .arg(entry)
+        .query_async(con)
+        .await
+        .unwrap()
+}
+
 /// Whose token the lock holds (it is marked `<token>:q` while waiters are queued behind it).
 async fn holder(con: &mut Con, k: &LeaseKeys) -> Option<String> {
     get(con, &k.lock)
@@ -320,12 +330,7 @@ async fn on_an_estimate_a_waiter_behind_a_queue_joins_before_the_library_and_kee
         other => panic!("{other:?}"),
     }
     assert_eq!(queue(&mut con, &k).await, ["b", "c"]);
-    let score: f64 = redis::cmd("ZSCORE")
-        .arg(&k.queue)
-        .arg("c,1000")
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let score = queue_score(&mut con, &k, "c,1000").await;
     assert_eq!(score as i64, at.hi, "its place is the estimate's time");
     assert!(!exists(&mut con, &k.alive("c")).await);
     // Run twice with the same arguments (a retry after a reconnect): the same place, and the retry
@@ -336,12 +341,7 @@ async fn on_an_estimate_a_waiter_behind_a_queue_joins_before_the_library_and_kee
         AcquireReply::Busy { .. }
     ));
     assert_eq!(queue(&mut con, &k).await, ["b", "c"]);
-    let score_again: f64 = redis::cmd("ZSCORE")
-        .arg(&k.queue)
-        .arg("c,1000")
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let score_again = queue_score(&mut con, &k, "c,1000").await;
     assert_eq!(score_again, score);
     assert!(exists(&mut con, &k.alive("c")).await);
     // Run again later (a refresh): the same place, the lock's TTL read.
@@ -469,12 +469,7 @@ async fn without_an_estimate_the_join_and_the_hand_over_read_the_clock_once_and_
         (before..=after).contains(&at),
         "{before} <= {at} <= {after}"
     );
-    let score: f64 = redis::cmd("ZSCORE")
-        .arg(&k.queue)
-        .arg("c,1000")
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let score = queue_score(&mut con, &k, "c,1000").await;
     assert_eq!(score as i64, at, "its place is the clock's reading");
     assert!(is_busy(acquire(&mut con, &k, "c", SEC).await));
     assert_eq!(queue(&mut con, &k).await, ["b", "c"]);

@@ -16,7 +16,8 @@ use super::baseline::BaselineLock;
 use super::contend::{analyze, contend, ContenderRecord, Locker};
 use super::floor::FifoFloor;
 use super::measure::{
-    connected_clients, mono_ns, ping_rtt_us, process_cpu_seconds, round3, CommandStats,
+    connected_clients, mono_ns, own_cpu_seconds, ping_rtt_us, process_cpu_seconds, round3,
+    CommandStats,
 };
 
 /// Where the contenders run.
@@ -116,6 +117,13 @@ pub(crate) struct S2Row {
     /// Redis's own time running the lock's scripts, per acquisition, in µs (`INFO commandstats`
     /// of `EVALSHA`: what the protocol's logic costs the server, without the network's share).
     pub(crate) redis_script_us_per_acquisition: f64,
+    /// The redis-server's CPU time per acquisition, in µs (what the hand-offs cost the server,
+    /// network included).
+    pub(crate) redis_cpu_us_per_acquisition: f64,
+    /// The contenders' CPU time per acquisition, in µs (user + system): this process's over the
+    /// run with tasks, the worker processes' summed over their own runs with processes. What the
+    /// client library and its runtime cost, waking up included.
+    pub(crate) client_cpu_us_per_acquisition: f64,
     #[serde(flatten)]
     pub(crate) floor: FloorFigures,
     pub(crate) targets_met: S2Targets,
@@ -139,6 +147,10 @@ pub(crate) struct FloorFigures {
     /// The wait bound with the machine's hand-off in it: 1.5 × contenders × the floor's mean time
     /// per acquisition (hold and hand-off, waking the next waiter included), in µs.
     pub(crate) max_wait_floor_bound_us: Option<f64>,
+    /// The floor's redis-server CPU per acquisition, in µs.
+    pub(crate) floor_redis_cpu_us_per_acquisition: Option<f64>,
+    /// The floor's client CPU per acquisition, in µs.
+    pub(crate) floor_client_cpu_us_per_acquisition: Option<f64>,
 }
 
 impl S2Row {
@@ -156,6 +168,8 @@ impl S2Row {
             floor_commands_per_acquisition: Some(floor.commands_per_acquisition),
             floor_max_wait_us: Some(floor.max_wait_us),
             max_wait_floor_bound_us: bound.map(round3),
+            floor_redis_cpu_us_per_acquisition: Some(floor.redis_cpu_us_per_acquisition),
+            floor_client_cpu_us_per_acquisition: Some(floor.client_cpu_us_per_acquisition),
         };
         self.targets_met.throughput_at_least_0_95_floor = ratio.map(|r| r >= 0.95);
         self.targets_met.overtakes_within_fifo = self.acquisitions > 0
@@ -234,6 +248,7 @@ pub(crate) async fn run(
         steady,
         redis_cpu,
         redis_connections,
+        client_cpu,
     } = match cfg.mode {
         Mode::Tasks => run_tasks(cfg, url, &name, lease_opts, &mut probe, redis_pid).await?,
         Mode::Processes => {
@@ -301,6 +316,8 @@ pub(crate) async fn run(
         max_overtakes: a.max_overtakes,
         redis_cpu_share: round3(redis_cpu.unwrap_or(0.0) / seconds),
         redis_script_us_per_acquisition: round3(script_us as f64 / acquisitions),
+        redis_cpu_us_per_acquisition: round3(redis_cpu.unwrap_or(0.0) * 1e6 / acquisitions),
+        client_cpu_us_per_acquisition: round3(client_cpu * 1e6 / acquisitions),
         floor: FloorFigures::default(),
         targets_met: S2Targets {
             cross_handoff_p99_under_2ms: a.cross_handoffs.len() > 0 && cross_p99_us < 2000.0,
@@ -336,6 +353,7 @@ async fn run_tasks(
     let stats0 = CommandStats::read(probe).await?;
     let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
     let rt0 = counter.round_trips();
+    let own0 = own_cpu_seconds();
     let start = mono_ns();
     let end = start + cfg.duration.as_nanos() as u64;
     let tasks: Vec<_> = (0..cfg.contenders)
@@ -347,6 +365,7 @@ async fn run_tasks(
     for t in tasks {
         records.push(t.await.context("an S2 contender task panicked")?);
     }
+    let client_cpu = own_cpu_seconds() - own0;
     let round_trips = counter.round_trips() - rt0;
     let connections = connected_clients(probe).await?;
     let stats1 = CommandStats::read(probe).await?;
@@ -360,6 +379,7 @@ async fn run_tasks(
         steady,
         redis_cpu: cpu0.zip(cpu1).map(|(a, b)| b - a),
         redis_connections: connections,
+        client_cpu,
     })
 }
 
@@ -412,6 +432,8 @@ struct RunOutput {
     redis_cpu: Option<f64>,
     /// Connections the contenders had open at the end.
     redis_connections: u64,
+    /// CPU seconds the contenders used (see [`S2Row::client_cpu_us_per_acquisition`]).
+    client_cpu: f64,
 }
 
 /// The commands of the window's middle three fifths (the steady state).
@@ -516,6 +538,7 @@ async fn run_processes(
     let steady = Steady::read(probe, start, end).await?;
     let mut records = Vec::with_capacity(pipes.len());
     let mut round_trips = 0u64;
+    let mut client_cpu = 0.0;
     let wait = cfg.duration + Duration::from_secs(60);
     for (i, (_, out)) in pipes.iter_mut().enumerate() {
         let line = tokio::time::timeout(wait, out.next_line())
@@ -525,6 +548,7 @@ async fn run_processes(
         let report: WorkerS2Report = serde_json::from_str(&line)
             .with_context(|| format!("bench worker {i} sent an unreadable report: {line}"))?;
         round_trips += report.round_trips;
+        client_cpu += report.cpu_s;
         records.push(report.record);
     }
     let stats1 = CommandStats::read(probe).await?;
@@ -546,6 +570,7 @@ async fn run_processes(
         steady,
         redis_cpu: cpu0.zip(cpu1).map(|(a, b)| b - a),
         redis_connections: connections,
+        client_cpu,
     })
 }
 
@@ -555,6 +580,8 @@ pub(crate) struct WorkerS2Report {
     pub(crate) record: ContenderRecord,
     /// Round trips its client sent between `go` and the end.
     pub(crate) round_trips: u64,
+    /// CPU seconds (user + system) the worker used between `go` and the end.
+    pub(crate) cpu_s: f64,
 }
 
 /// The worker side of S2: connect, say `ready`, wait for `go <end_ns>`, contend, report.
@@ -583,10 +610,12 @@ pub(crate) async fn worker(
         .and_then(|v| v.trim().parse().ok())
         .with_context(|| format!("expected `go <end_ns>` on stdin, got {go:?}"))?;
     let rt0 = locker.round_trips();
+    let cpu0 = own_cpu_seconds();
     let record = contend(locker.clone(), name.to_owned(), contender, hold, end_ns).await;
     let report = WorkerS2Report {
         record,
         round_trips: locker.round_trips() - rt0,
+        cpu_s: own_cpu_seconds() - cpu0,
     };
     let mut line = serde_json::to_string(&report)?;
     line.push('\n');

@@ -134,6 +134,17 @@ fn s2_row(row: &super::s2::S2Row) {
         ),
         _ => String::new(),
     };
+    let cpu_floor = match (
+        row.floor.floor_client_cpu_us_per_acquisition,
+        row.floor.floor_redis_cpu_us_per_acquisition,
+    ) {
+        (Some(client), Some(redis)) => format!(" (the floor's {client:.0} / {redis:.0} us)"),
+        _ => String::new(),
+    };
+    println!(
+        "      CPU per acquisition: clients {:.0} us, redis-server {:.0} us{cpu_floor}",
+        row.client_cpu_us_per_acquisition, row.redis_cpu_us_per_acquisition
+    );
     println!(
         "      {:.2} commands per acquisition in the steady state; shares {:.2}-{:.2} of the mean; at most {} served first while one waited; longest wait {:.1} ms (bound {:.1} ms{by_floor})",
         row.steady_commands_per_acquisition,

@@ -92,6 +92,10 @@ fn quick_json_has_every_figure_and_no_overlapping_holds() {
         assert!((0.0..=1.0).contains(&lo) && 1.0 <= hi, "{row}");
         assert!(number(row, "max_wait_us") > 0.0, "{row}");
         assert!(number(row, "max_wait_bound_us") > 0.0, "{row}");
+        // Where the time goes: the contenders used CPU, the server's is read from /proc.
+        assert!(number(row, "client_cpu_us_per_acquisition") > 0.0, "{row}");
+        assert!(number(row, "redis_cpu_us_per_acquisition") >= 0.0, "{row}");
+        assert!(row["windows"].as_u64().is_some_and(|w| w >= 1), "{row}");
     }
 
     // S2's floor of the mechanism ran in every configuration of leasehold's, and leasehold's row
@@ -119,6 +123,12 @@ fn quick_json_has_every_figure_and_no_overlapping_holds() {
             number(row, "floor_handoff_p99_us"),
             number(floor, "handoff_p99_us")
         );
+        assert_eq!(
+            number(row, "floor_client_cpu_us_per_acquisition"),
+            number(floor, "client_cpu_us_per_acquisition")
+        );
+        // Measured in the same windows, taken in turn.
+        assert_eq!(row["windows"], floor["windows"], "{row}");
         assert!(
             row["targets_met"]["throughput_at_least_0_95_floor"].is_boolean(),
             "{row}"

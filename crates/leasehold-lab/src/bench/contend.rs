@@ -263,6 +263,31 @@ pub(crate) fn analyze(records: &[ContenderRecord]) -> HoldAnalysis {
 }
 
 impl HoldAnalysis {
+    /// Adds the analysis of another window of the same contenders (contender `i` is the same
+    /// contender in both): counts add up, the longest wait and the most overtakes are the larger.
+    /// Handoffs are counted within each window only.
+    pub(crate) fn merge(&mut self, other: &HoldAnalysis) {
+        self.acquisitions += other.acquisitions;
+        self.handoffs.add(&other.handoffs);
+        self.cross_handoffs.add(&other.cross_handoffs);
+        self.overlaps += other.overlaps;
+        self.fence_regressions += other.fence_regressions;
+        self.hold_times.add(&other.hold_times);
+        self.max_wait_ns = self.max_wait_ns.max(other.max_wait_ns);
+        self.max_overtakes = self.max_overtakes.max(other.max_overtakes);
+        if self.per_contender.len() < other.per_contender.len() {
+            self.per_contender.resize(other.per_contender.len(), 0);
+        }
+        for (mine, theirs) in self.per_contender.iter_mut().zip(&other.per_contender) {
+            *mine += theirs;
+        }
+        self.errors += other.errors;
+        self.lost += other.lost;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&other.first_error);
+        }
+    }
+
     /// The fewest and the most acquisitions of one contender, as fractions of the mean (1.0 when
     /// all had the same share; `(0, 0)` without acquisitions).
     pub(crate) fn share_range(&self) -> (f64, f64) {
@@ -315,6 +340,39 @@ mod tests {
         assert_eq!(a.max_overtakes, 0);
         // 2 and 2 acquisitions: both at the mean.
         assert_eq!(a.share_range(), (1.0, 1.0));
+    }
+
+    #[test]
+    fn windows_merge_into_one_analysis_without_a_handoff_between_them() {
+        let first = analyze(&[ContenderRecord {
+            holds: vec![hold(0, 1_000, 2_000, 1), hold(0, 2_100, 3_000, 2)],
+            ..Default::default()
+        }]);
+        // The second window starts long after the first: no handoff spans the gap.
+        let second = analyze(&[
+            ContenderRecord {
+                holds: vec![hold(0, 1_000_000, 1_001_000, 3)],
+                ..Default::default()
+            },
+            ContenderRecord {
+                holds: vec![hold(1, 1_001_500, 1_002_000, 4)],
+                errors: 1,
+                first_error: Some("e".into()),
+                ..Default::default()
+            },
+        ]);
+        let mut merged = HoldAnalysis::default();
+        merged.merge(&first);
+        merged.merge(&second);
+        assert_eq!(merged.acquisitions, 4);
+        assert_eq!(merged.handoffs.len(), 2, "one handoff in each window");
+        assert_eq!(merged.cross_handoffs.len(), 1);
+        assert_eq!(merged.per_contender, vec![3, 1]);
+        assert_eq!(merged.hold_times.len(), 4);
+        assert_eq!(merged.errors, 1);
+        assert_eq!(merged.first_error.as_deref(), Some("e"));
+        assert_eq!(merged.max_wait_ns, 100);
+        assert_eq!(merged.overlaps, 0);
     }
 
     #[test]

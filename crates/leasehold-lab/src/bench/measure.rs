@@ -45,6 +45,12 @@ impl Latencies {
         self.hist.len()
     }
 
+    /// Adds `other`'s samples to these.
+    pub(crate) fn add(&mut self, other: &Latencies) {
+        // Both have the same bounds, so adding cannot fail; a sample out of range is dropped.
+        let _ = self.hist.add(&other.hist);
+    }
+
     /// The `q` quantile in microseconds (0 when empty).
     pub(crate) fn quantile_us(&self, q: f64) -> f64 {
         if self.hist.is_empty() {

@@ -195,6 +195,8 @@ struct BenchReport {
 struct Plan {
     measure: Duration,
     s1_slices: u32,
+    /// S2's windows per lock and configuration (the measured time is split between them).
+    s2_windows: u32,
     rtt_samples: usize,
     s3_hold: Duration,
     s3_ttl: Duration,
@@ -221,6 +223,8 @@ impl BenchArgs {
             measure,
             // 50 ms slices: bursts of machine noise last longer than that, so both locks see them.
             s1_slices: ((measure.as_millis() / 50) as u32).max(2),
+            // Windows of 1.5 s or more: at 128 contenders each holds about eight times in one.
+            s2_windows: ((measure.as_millis() / 1500) as u32).clamp(1, 5),
             rtt_samples: if self.quick { 300 } else { 2000 },
             s3_hold: if self.quick {
                 Duration::from_millis(3500)
@@ -350,54 +354,85 @@ impl Bench<'_> {
 
     async fn s2(&self, report: &mut BenchReport) -> anyhow::Result<()> {
         let opts = LeaseOptions::with_ttl(Duration::from_secs(2))?;
-        let mut configs = Vec::new();
         for contenders in [16, 128] {
             for mode in [Mode::Tasks, Mode::Processes] {
-                configs.push((LockKind::Leasehold, mode, contenders));
-                // Right after leasehold's, so that both see the machine's load of the moment.
-                configs.push((LockKind::FifoFloor, mode, contenders));
+                // leasehold and the floor in alternating windows, so that both see the same
+                // drifts of the machine's load.
+                let locks = [LockKind::Leasehold, LockKind::FifoFloor];
+                let mut rows = self
+                    .s2_windows(report, &locks, mode, contenders, &opts)
+                    .await;
+                if let [Some(lh), Some(floor)] = &mut rows[..] {
+                    lh.compare_with_floor(floor);
+                }
+                report.s2.extend(rows.into_iter().flatten());
             }
             if self.args.baseline_s2 {
-                configs.push((LockKind::BaselinePoll, Mode::Tasks, contenders));
-            }
-        }
-        for (lock, mode, contenders) in configs {
-            progress(&format!(
-                "S2 contended: {contenders} contenders as {mode:?}, lock {lock:?}"
-            ));
-            let cfg = S2Config {
-                lock,
-                mode,
-                contenders,
-                hold: Duration::from_millis(1),
-                duration: self.plan.measure,
-                rtt_samples: self.plan.rtt_samples,
-            };
-            let (url, exe, opts) = (self.url.clone(), self.worker_exe.clone(), opts.clone());
-            let redis_pid = self.redis_pid;
-            match guarded(async move { s2::run(&cfg, &url, redis_pid, &exe, &opts).await }).await {
-                Ok(row) => {
-                    if lock == LockKind::FifoFloor {
-                        let same = |r: &&mut s2::S2Row| {
-                            r.lock == LockKind::Leasehold
-                                && r.mode == mode
-                                && r.contenders == contenders
-                        };
-                        if let Some(lh) = report.s2.iter_mut().rev().find(same) {
-                            lh.compare_with_floor(&row);
-                        }
-                    }
-                    report.s2.push(row);
-                }
-                Err(e) => {
-                    report.failures.insert(
-                        format!("s2 {lock:?} {mode:?} {contenders}").to_lowercase(),
-                        e,
-                    );
-                }
+                let locks = [LockKind::BaselinePoll];
+                let rows = self
+                    .s2_windows(report, &locks, Mode::Tasks, contenders, &opts)
+                    .await;
+                report.s2.extend(rows.into_iter().flatten());
             }
         }
         Ok(())
+    }
+
+    /// Runs `locks` in one configuration, window after window, each lock once per window in turn
+    /// (the order reversed every other window, so that neither always goes first); one row per lock,
+    /// `None` where a window failed (the failure is in the report).
+    async fn s2_windows(
+        &self,
+        report: &mut BenchReport,
+        locks: &[LockKind],
+        mode: Mode,
+        contenders: u32,
+        opts: &LeaseOptions,
+    ) -> Vec<Option<s2::S2Row>> {
+        let count = self.plan.s2_windows;
+        let cfg = |lock| S2Config {
+            lock,
+            mode,
+            contenders,
+            hold: Duration::from_millis(1),
+            duration: self.plan.measure / count,
+            rtt_samples: self.plan.rtt_samples,
+        };
+        let mut windows: Vec<Option<Vec<s2::Window>>> =
+            locks.iter().map(|_| Some(Vec::new())).collect();
+        for w in 0..count {
+            let mut order: Vec<usize> = (0..locks.len()).collect();
+            if w % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let Some(done) = windows[i].as_mut() else {
+                    continue;
+                };
+                let lock = locks[i];
+                progress(&format!(
+                    "S2 contended: {contenders} contenders as {mode:?}, lock {lock:?}, window {} of {count}",
+                    w + 1
+                ));
+                let (c, url, exe) = (cfg(lock), self.url.clone(), self.worker_exe.clone());
+                let (opts, redis_pid) = (opts.clone(), self.redis_pid);
+                match guarded(async move { s2::run_window(&c, &url, redis_pid, &exe, &opts).await })
+                    .await
+                {
+                    Ok(window) => done.push(window),
+                    Err(e) => {
+                        let key = format!("s2 {lock:?} {mode:?} {contenders}").to_lowercase();
+                        report.failures.insert(key, e);
+                        windows[i] = None;
+                    }
+                }
+            }
+        }
+        locks
+            .iter()
+            .zip(windows)
+            .map(|(&lock, w)| w.map(|w| s2::row(&cfg(lock), &w)))
+            .collect()
     }
 
     async fn s3(&self, report: &mut BenchReport) -> anyhow::Result<()> {

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 use super::baseline::BaselineLock;
-use super::contend::{analyze, contend, ContenderRecord, Locker};
+use super::contend::{analyze, contend, ContenderRecord, HoldAnalysis, Locker};
 use super::floor::FifoFloor;
 use super::measure::{
     connected_clients, mono_ns, own_cpu_seconds, ping_rtt_us, process_cpu_seconds, round3,
@@ -71,6 +71,9 @@ pub(crate) struct S2Row {
     pub(crate) mode: Mode,
     pub(crate) contenders: u32,
     pub(crate) hold_us: f64,
+    /// How many windows the figures add up (S2 alternates leasehold's and the floor's).
+    pub(crate) windows: u32,
+    /// The windows' time, added up.
     pub(crate) seconds: f64,
     pub(crate) acquisitions: u64,
     pub(crate) acquisitions_per_s: f64,
@@ -215,14 +218,34 @@ pub(crate) struct S2Targets {
     pub(crate) max_wait_within_floor_bound: Option<bool>,
 }
 
-/// Runs one configuration against the redis-server at `url` (process id `redis_pid`).
-pub(crate) async fn run(
+/// One measured window of a configuration, analysed. S2 alternates short windows of leasehold and
+/// of the floor ([`row`] adds them up), so that both see the same drifts of the machine's load.
+pub(crate) struct Window {
+    analysis: HoldAnalysis,
+    /// The median `PING` round trip measured just before the window, µs.
+    rtt_us: f64,
+    /// From the start signal to the end, or to the last release if a hold ran past it.
+    seconds: f64,
+    round_trips: u64,
+    commands: BTreeMap<String, u64>,
+    script_us: u64,
+    /// The steady state's commands and the acquisitions that returned in it.
+    steady_commands: u64,
+    steady_taken: u64,
+    redis_cpu: Option<f64>,
+    client_cpu: f64,
+    redis_connections: u64,
+}
+
+/// Runs one window of a configuration against the redis-server at `url` (process id `redis_pid`)
+/// for `cfg.duration`.
+pub(crate) async fn run_window(
     cfg: &S2Config,
     url: &str,
     redis_pid: Option<u32>,
     worker_exe: &Path,
     lease_opts: &leasehold::LeaseOptions,
-) -> anyhow::Result<S2Row> {
+) -> anyhow::Result<Window> {
     let name = format!(
         "s2-{}-{:?}-{}-{}",
         match cfg.lock {
@@ -239,17 +262,7 @@ pub(crate) async fn run(
     let mut probe = client.get_multiplexed_async_connection().await?;
     let rtt_us = ping_rtt_us(&mut probe, cfg.rtt_samples).await?;
 
-    let RunOutput {
-        records,
-        round_trips,
-        window: (start, end),
-        commands,
-        script_us,
-        steady,
-        redis_cpu,
-        redis_connections,
-        client_cpu,
-    } = match cfg.mode {
+    let out = match cfg.mode {
         Mode::Tasks => run_tasks(cfg, url, &name, lease_opts, &mut probe, redis_pid).await?,
         Mode::Processes => {
             run_processes(
@@ -258,15 +271,53 @@ pub(crate) async fn run(
             .await?
         }
     };
-
-    let a = analyze(&records);
-    // The window: from the start signal to the end, or to the last release if a hold ran past it.
-    let last_release = records
+    let (start, end) = out.window;
+    let last_release = out
+        .records
         .iter()
         .flat_map(|r| r.holds.iter().map(|h| h.released_ns))
         .max()
         .unwrap_or(end);
-    let seconds = (last_release.max(end) - start) as f64 / 1e9;
+    Ok(Window {
+        analysis: analyze(&out.records),
+        rtt_us,
+        seconds: (last_release.max(end) - start) as f64 / 1e9,
+        round_trips: out.round_trips,
+        steady_commands: out.steady.commands,
+        steady_taken: out.steady.taken(&out.records),
+        commands: out.commands,
+        script_us: out.script_us,
+        redis_cpu: out.redis_cpu,
+        client_cpu: out.client_cpu,
+        redis_connections: out.redis_connections,
+    })
+}
+
+/// The row of one configuration from its windows (at least one), added up: counts, times and
+/// latencies over all of them, the round trip their mean, the longest wait and the most overtakes
+/// the largest of any window.
+pub(crate) fn row(cfg: &S2Config, windows: &[Window]) -> S2Row {
+    let mut a = HoldAnalysis::default();
+    let (mut seconds, mut round_trips, mut script_us, mut client_cpu) = (0.0, 0u64, 0u64, 0.0);
+    let (mut steady_commands, mut steady_taken, mut redis_connections) = (0u64, 0u64, 0u64);
+    let mut redis_cpu = Some(0.0);
+    let mut commands = BTreeMap::<String, u64>::new();
+    for w in windows {
+        a.merge(&w.analysis);
+        seconds += w.seconds;
+        round_trips += w.round_trips;
+        script_us += w.script_us;
+        client_cpu += w.client_cpu;
+        steady_commands += w.steady_commands;
+        steady_taken += w.steady_taken;
+        redis_connections = redis_connections.max(w.redis_connections);
+        redis_cpu = redis_cpu.zip(w.redis_cpu).map(|(a, b)| a + b);
+        for (c, n) in &w.commands {
+            *commands.entry(c.clone()).or_default() += n;
+        }
+    }
+    let rtt_us = windows.iter().map(|w| w.rtt_us).sum::<f64>() / windows.len().max(1) as f64;
+    let seconds = seconds.max(1e-9);
     let acquisitions = a.acquisitions.max(1) as f64;
     let total_commands: u64 = commands.values().sum();
     let mean_hold_us = a.hold_times.mean_us();
@@ -282,11 +333,12 @@ pub(crate) async fn run(
     } else {
         a.cross_handoffs.len() as f64 / a.handoffs.len() as f64
     };
-    let row = S2Row {
+    S2Row {
         lock: cfg.lock,
         mode: cfg.mode,
         contenders: cfg.contenders,
         hold_us: cfg.hold.as_secs_f64() * 1e6,
+        windows: windows.len() as u32,
         seconds: round3(seconds),
         acquisitions: a.acquisitions,
         acquisitions_per_s: round3(acquisitions_per_s),
@@ -299,15 +351,17 @@ pub(crate) async fn run(
         cross_handoff_p50_us: round3(a.cross_handoffs.quantile_us(0.5)),
         cross_handoff_p99_us: round3(a.cross_handoffs.quantile_us(0.99)),
         cross_share: round3(cross_share),
-        round_trips_per_acquisition: round3(round_trips as f64 / acquisitions),
+        round_trips_per_acquisition: round3(rt_per_acq),
         commands_per_acquisition: round3(total_commands as f64 / acquisitions),
-        steady_commands_per_acquisition: steady.per_acquisition(&records),
+        steady_commands_per_acquisition: round3(
+            steady_commands as f64 / steady_taken.max(1) as f64,
+        ),
         commands,
         overlaps: a.overlaps,
         fence_regressions: a.fence_regressions,
         lost: a.lost,
         errors: a.errors,
-        first_error: a.first_error,
+        first_error: a.first_error.clone(),
         redis_connections,
         share_min: round3(share_min),
         share_max: round3(share_max),
@@ -334,8 +388,7 @@ pub(crate) async fn run(
                 && a.max_overtakes <= u64::from(cfg.contenders),
             max_wait_within_floor_bound: None,
         },
-    };
-    Ok(row)
+    }
 }
 
 /// The contenders as tasks of this process, clones of one client.
@@ -465,14 +518,13 @@ impl Steady {
         })
     }
 
-    /// The commands per acquisition that returned between the two readings.
-    fn per_acquisition(&self, records: &[ContenderRecord]) -> f64 {
-        let taken = records
+    /// The acquisitions that returned between the two readings.
+    fn taken(&self, records: &[ContenderRecord]) -> u64 {
+        records
             .iter()
             .flat_map(|r| &r.holds)
             .filter(|h| (self.from_ns..self.to_ns).contains(&h.acquired_ns))
-            .count();
-        round3(self.commands as f64 / taken.max(1) as f64)
+            .count() as u64
     }
 }
 

@@ -164,20 +164,15 @@ pub(crate) enum Nodes {
 }
 
 impl Nodes {
-    /// The address of the node that holds `key` now, and a client for it.
-    async fn node_for(&self, key: &[u8]) -> RedisResult<(String, redis::Client)> {
+    /// The address of the node that holds `key` now (empty for the one server); [`client_at`]
+    /// makes a client for it when a connection must be opened.
+    ///
+    /// [`client_at`]: Self::client_at
+    async fn addr_for(&self, key: &[u8]) -> RedisResult<String> {
         match self {
-            Nodes::Standalone { client } => Ok((String::new(), (**client).clone())),
-            Nodes::Sentinel(s) => {
-                let addr = s.primary_addr().await?;
-                let client = s.data_client(&addr)?;
-                Ok((addr, client))
-            }
-            Nodes::Cluster(c) => {
-                let addr = c.master_for(key).await?;
-                let client = c.client(&addr)?;
-                Ok((addr, client))
-            }
+            Nodes::Standalone { .. } => Ok(String::new()),
+            Nodes::Sentinel(s) => s.primary_addr().await,
+            Nodes::Cluster(c) => c.master_for(key).await,
         }
     }
 
@@ -205,8 +200,8 @@ impl Nodes {
 /// on the shared multiplexed connection, where they would stall every other request. Each is opened
 /// to the node that holds the key it is asked for.
 pub(crate) struct BlockingPool {
-    /// Where keys live.
-    nodes: Nodes,
+    /// Where keys live (shared with the connections it hands out).
+    nodes: Arc<Nodes>,
     /// Bound on opening a connection.
     connect_timeout: Duration,
     /// Idle connections and the address of their node, oldest first.
@@ -229,7 +224,7 @@ const MAX_IDLE_BLOCKING: usize = 16;
 impl BlockingPool {
     pub(crate) fn new(nodes: Nodes, connect_timeout: Duration, count: Arc<AtomicU64>) -> Self {
         BlockingPool {
-            nodes,
+            nodes: Arc::new(nodes),
             connect_timeout,
             idle: Mutex::new(Vec::new()),
             count,
@@ -241,7 +236,7 @@ impl BlockingPool {
     /// bounds each blocking command with its own timeout; on that timeout (or any error, or
     /// cancellation) the connection is dropped rather than returned, since a reply may still be due.
     pub(crate) async fn get_for(&self, key: &str) -> RedisResult<Dedicated> {
-        let (addr, client) = self.nodes.node_for(key.as_bytes()).await?;
+        let addr = self.nodes.addr_for(key.as_bytes()).await?;
         let reused = {
             let mut idle = self.idle.lock().expect("pool lock");
             idle.iter()
@@ -251,7 +246,7 @@ impl BlockingPool {
         let fresh = reused.is_none();
         let con = match reused {
             Some(con) => con,
-            None => self.open(&client).await.inspect_err(|e| {
+            None => self.open(&addr).await.inspect_err(|e| {
                 if is_connection_failure(e) {
                     self.nodes
                         .failed(&addr, "a dedicated connection failed", true);
@@ -268,9 +263,11 @@ impl BlockingPool {
         })
     }
 
-    async fn open(&self, client: &redis::Client) -> RedisResult<MultiplexedConnection> {
+    /// A new connection to the node at `addr`.
+    async fn open(&self, addr: &str) -> RedisResult<MultiplexedConnection> {
+        let client = self.nodes.client_at(addr)?;
         self.count.fetch_add(1, Ordering::Relaxed);
-        open_dedicated(client, self.connect_timeout).await
+        open_dedicated(&client, self.connect_timeout).await
     }
 
     /// Drops every idle connection: after one failed, the others (opened to the same server,
@@ -317,8 +314,8 @@ pub(crate) struct Dedicated {
     addr: String,
     /// The connection, without a response timeout (callers bound each command).
     con: MultiplexedConnection,
-    /// Where keys live.
-    nodes: Nodes,
+    /// Where keys live (the pool's).
+    nodes: Arc<Nodes>,
     /// Bound on opening a connection to a redirect's target.
     connect_timeout: Duration,
     /// Requests sent, shared with the store.
@@ -377,7 +374,7 @@ impl Dedicated {
             }
             Elsewhere::Primary => {
                 self.nodes.failed(&self.addr, "READONLY", false);
-                let Nodes::Sentinel(s) = &self.nodes else {
+                let Nodes::Sentinel(s) = &*self.nodes else {
                     return None;
                 };
                 (s.primary_addr().await.ok()?, false)

@@ -28,7 +28,7 @@ impl RedisStore {
         let replies = within(
             Phase::Inspect,
             self.limit(),
-            scripts::pipeline(&mut con, &invs, None),
+            scripts::pipeline(&mut con, invs, None),
         )
         .await?;
         let (mut healthy, mut bad) = (Vec::new(), Vec::new());

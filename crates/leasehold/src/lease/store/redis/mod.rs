@@ -304,11 +304,7 @@ impl RedisStore {
         let replies = within(
             Phase::Acquire,
             limit,
-            scripts::pipeline(
-                &mut con,
-                std::slice::from_ref(&inv),
-                Some(&wait_cmd(numreplicas, wait_timeout)),
-            ),
+            scripts::pipeline(&mut con, [inv], Some(wait_cmd(numreplicas, wait_timeout))),
         )
         .await
         .inspect_err(|_| self.blocking.clear())?;
@@ -454,10 +450,11 @@ impl RedisStore {
             let sent = Instant::now();
             let replies = self
                 .on_shared(phase, async {
-                    match &calls[..] {
-                        // One lease (a release, mostly): a call, not a pipeline of one.
-                        [one] => scripts::single(&mut con, one).await.map(|r| vec![r]),
-                        _ => scripts::pipeline(&mut con, &calls, None).await,
+                    // One lease (a release, mostly): a call, not a pipeline of one.
+                    if let [one] = &calls[..] {
+                        scripts::single(&mut con, one).await.map(|r| vec![r])
+                    } else {
+                        scripts::pipeline(&mut con, calls, None).await
                     }
                 })
                 .await?;
@@ -668,8 +665,9 @@ impl Store for RedisStore {
         let block = block
             .min(self.tuning.wait_refresh)
             .max(Duration::from_millis(1));
+        let lock_key = self.lock_key(req.name);
         let inv = scripts::acquire_at(
-            &self.lock_key(req.name),
+            &lock_key,
             req.token,
             ask(req),
             block,
@@ -681,14 +679,12 @@ impl Store for RedisStore {
             .arg(keys::wake_key(&self.prefix, req.name, req.token))
             // Never "0", which blocks forever.
             .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
-        let mut con = self
-            .dedicated(Phase::Acquire, &self.lock_key(req.name))
-            .await?;
+        let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
         let sent = Instant::now();
         let replies = within(
             Phase::Acquire,
             block + self.response_timeout * 2,
-            scripts::pipeline(&mut con, std::slice::from_ref(&inv), Some(&blpop)),
+            scripts::pipeline(&mut con, [inv], Some(blpop)),
         )
         .await
         .inspect_err(|_| self.blocking.clear())?;

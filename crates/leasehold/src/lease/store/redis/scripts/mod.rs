@@ -595,16 +595,16 @@ pub(crate) async fn load_all<C: ConnectionLike>(con: &mut C) -> RedisResult<()> 
 /// it.
 pub(crate) async fn pipeline<C: ConnectionLike>(
     con: &mut C,
-    calls: &[Call],
-    tail: Option<&redis::Cmd>,
+    calls: impl IntoIterator<Item = Call>,
+    tail: Option<redis::Cmd>,
 ) -> RedisResult<Vec<RedisResult<Value>>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for call in calls {
-        pipe.add_command(call.cmd.clone());
+        pipe.add_command(call.cmd);
     }
     if let Some(cmd) = tail {
-        pipe.add_command(cmd.clone());
+        pipe.add_command(cmd);
     }
     let mut values: Vec<Value> = pipe.query_async(con).await?;
     if values.iter().any(value_is_noscript) {

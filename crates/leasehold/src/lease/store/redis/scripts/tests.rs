@@ -1175,7 +1175,7 @@ async fn workload(con: &mut Con, prefix: &str, names: usize, t: &Tuning) -> u64 
             .iter()
             .map(|&i| super::acquire(&lock(i), "a", ask(1), Duration::ZERO, t))
             .collect();
-        let replies = pipeline(con, &take, None).await.unwrap();
+        let replies = pipeline(con, take, None).await.unwrap();
         if chunk[0] == 0 {
             first_fence = fence_of(AcquireReply::from_value(replies[0].clone()).unwrap());
         }
@@ -1183,7 +1183,7 @@ async fn workload(con: &mut Con, prefix: &str, names: usize, t: &Tuning) -> u64 
             .iter()
             .map(|&i| super::release(&lock(i), "a", 1, t))
             .collect();
-        for r in pipeline(con, &give, None).await.unwrap() {
+        for r in pipeline(con, give, None).await.unwrap() {
             assert!(flag(r).unwrap());
         }
     }

@@ -1,8 +1,9 @@
 //! S2, contended: N contenders on one name, each holding it for 1 ms, as tasks of one process or as
 //! separate processes; throughput against the floor of the mechanism (a bare FIFO hand-off run the
-//! same way, right after) and against the ideal of 1 / (hold + one round trip), handoff gaps, round
-//! trips and Redis commands per acquisition, overlapping holds. Limit: each pair of runs shares the
-//! machine's load only as far as two runs a few seconds apart do.
+//! same way, in windows taken in turn with leasehold's) and against the ideal of 1 / (hold + one
+//! round trip), handoff gaps, round trips, Redis commands and CPU per acquisition, overlapping holds.
+//! Limit: the two locks share the machine's load only as far as windows of a second or two taken in
+//! turn do; a stall inside one window still weighs on that lock alone.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -132,8 +133,8 @@ pub(crate) struct S2Row {
     pub(crate) targets_met: S2Targets,
 }
 
-/// The floor of the mechanism in the same configuration, run right after leasehold in the same
-/// run: set on leasehold's rows, null on the others and when the floor did not run.
+/// The floor of the mechanism in the same configuration, run in windows taken in turn with
+/// leasehold's: set on leasehold's rows, null on the others and when the floor did not run.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub(crate) struct FloorFigures {
     /// The floor's acquisitions/s.

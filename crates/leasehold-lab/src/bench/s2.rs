@@ -227,15 +227,10 @@ pub(crate) struct Window {
     rtt_us: f64,
     /// From the start signal to the end, or to the last release if a hold ran past it.
     seconds: f64,
-    round_trips: u64,
-    commands: BTreeMap<String, u64>,
-    script_us: u64,
-    /// The steady state's commands and the acquisitions that returned in it.
-    steady_commands: u64,
+    /// The acquisitions that returned in the steady state.
     steady_taken: u64,
-    redis_cpu: Option<f64>,
-    client_cpu: f64,
-    redis_connections: u64,
+    /// What the server and the contenders said of the window.
+    run: RunOutput,
 }
 
 /// Runs one window of a configuration against the redis-server at `url` (process id `redis_pid`)
@@ -263,7 +258,7 @@ pub(crate) async fn run_window(
     let mut probe = client.get_multiplexed_async_connection().await?;
     let rtt_us = ping_rtt_us(&mut probe, cfg.rtt_samples).await?;
 
-    let out = match cfg.mode {
+    let (records, run) = match cfg.mode {
         Mode::Tasks => run_tasks(cfg, url, &name, lease_opts, &mut probe, redis_pid).await?,
         Mode::Processes => {
             run_processes(
@@ -272,25 +267,18 @@ pub(crate) async fn run_window(
             .await?
         }
     };
-    let (start, end) = out.window;
-    let last_release = out
-        .records
+    let (start, end) = run.window;
+    let last_release = records
         .iter()
         .flat_map(|r| r.holds.iter().map(|h| h.released_ns))
         .max()
         .unwrap_or(end);
     Ok(Window {
-        analysis: analyze(&out.records),
+        analysis: analyze(&records),
         rtt_us,
         seconds: (last_release.max(end) - start) as f64 / 1e9,
-        round_trips: out.round_trips,
-        steady_commands: out.steady.commands,
-        steady_taken: out.steady.taken(&out.records),
-        commands: out.commands,
-        script_us: out.script_us,
-        redis_cpu: out.redis_cpu,
-        client_cpu: out.client_cpu,
-        redis_connections: out.redis_connections,
+        steady_taken: run.steady.taken(&records),
+        run,
     })
 }
 
@@ -306,14 +294,15 @@ pub(crate) fn row(cfg: &S2Config, windows: &[Window]) -> S2Row {
     for w in windows {
         a.merge(&w.analysis);
         seconds += w.seconds;
-        round_trips += w.round_trips;
-        script_us += w.script_us;
-        client_cpu += w.client_cpu;
-        steady_commands += w.steady_commands;
         steady_taken += w.steady_taken;
-        redis_connections = redis_connections.max(w.redis_connections);
-        redis_cpu = redis_cpu.zip(w.redis_cpu).map(|(a, b)| a + b);
-        for (c, n) in &w.commands {
+        let run = &w.run;
+        round_trips += run.round_trips;
+        script_us += run.script_us;
+        client_cpu += run.client_cpu;
+        steady_commands += run.steady.commands;
+        redis_connections = redis_connections.max(run.redis_connections);
+        redis_cpu = redis_cpu.zip(run.redis_cpu).map(|(a, b)| a + b);
+        for (c, n) in &run.commands {
             *commands.entry(c.clone()).or_default() += n;
         }
     }
@@ -400,7 +389,7 @@ async fn run_tasks(
     lease_opts: &leasehold::LeaseOptions,
     probe: &mut redis::aio::MultiplexedConnection,
     redis_pid: Option<u32>,
-) -> anyhow::Result<RunOutput> {
+) -> anyhow::Result<(Vec<ContenderRecord>, RunOutput)> {
     // Kept until the connections are counted: the floor's waiters close theirs when dropped.
     let lockers = connect_lockers(cfg.lock, url, lease_opts, cfg.contenders).await?;
     let counter = lockers.first().context("S2 needs a contender")?;
@@ -424,8 +413,7 @@ async fn run_tasks(
     let connections = connected_clients(probe).await?;
     let stats1 = CommandStats::read(probe).await?;
     let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
-    Ok(RunOutput {
-        records,
+    let run = RunOutput {
         round_trips,
         window: (start, end),
         commands: stats1.since(&stats0),
@@ -434,7 +422,8 @@ async fn run_tasks(
         redis_cpu: cpu0.zip(cpu1).map(|(a, b)| b - a),
         redis_connections: connections,
         client_cpu,
-    })
+    };
+    Ok((records, run))
 }
 
 /// One locker per contender, connected before the start signal. leasehold's contenders are clones
@@ -470,9 +459,8 @@ async fn connect_lockers(
     })
 }
 
-/// What one run of a configuration recorded.
+/// What one run of a configuration measured besides the contenders' records.
 struct RunOutput {
-    records: Vec<ContenderRecord>,
     /// Requests the contenders sent.
     round_trips: u64,
     /// The measured window, start and end on [`mono_ns`].
@@ -544,7 +532,7 @@ async fn run_processes(
     lease_opts: &leasehold::LeaseOptions,
     probe: &mut redis::aio::MultiplexedConnection,
     redis_pid: Option<u32>,
-) -> anyhow::Result<RunOutput> {
+) -> anyhow::Result<(Vec<ContenderRecord>, RunOutput)> {
     let lock = cfg.lock.arg();
     let mut children = Vec::with_capacity(cfg.contenders as usize);
     for i in 0..cfg.contenders {
@@ -614,8 +602,7 @@ async fn run_processes(
     for mut child in children {
         let _ = child.wait().await;
     }
-    Ok(RunOutput {
-        records,
+    let run = RunOutput {
         round_trips,
         window: (start, end),
         commands: stats1.since(&stats0),
@@ -624,7 +611,8 @@ async fn run_processes(
         redis_cpu: cpu0.zip(cpu1).map(|(a, b)| b - a),
         redis_connections: connections,
         client_cpu,
-    })
+    };
+    Ok((records, run))
 }
 
 /// What an S2 worker process sends back: one JSON line.

@@ -255,12 +255,24 @@ pub(crate) struct SuperviseArgs {
     /// long.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "30s")]
     pub(crate) ttl: Duration,
-    /// Time between SIGTERM and SIGKILL when the command must stop.
+    /// Time between SIGTERM and SIGKILL when the command must stop (default: a third of --ttl, at most 10s)
     ///
     /// Applies to the command's process group and everything below it, when the lease is lost,
     /// when leasehold dies, or to what the command left running when it exits.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
+    ///
+    /// When renewals fail, SIGTERM goes out --grace before the instant the store may hand the name
+    /// on (less a margin: the drift allowance and 100 ms), and SIGKILL at that instant, so the
+    /// command is gone before anyone else can hold the name. It must fit inside the lease:
+    /// grace + margin under the TTL less one renewal period (two thirds of --ttl), else exit 2.
+    #[arg(long = "grace", value_name = "DURATION", value_parser = duration::parse)]
+    pub(crate) grace_given: Option<Duration>,
+    /// The grace in force: `--grace`, or the default that fits the lease (set by `prepare`).
+    #[arg(skip)]
     pub(crate) grace: Duration,
+    /// Test and demonstration knob: the old stop rule (SIGTERM only once the lease's deadline
+    /// passed, SIGKILL --grace later), which lets the command overlap the next holder.
+    #[arg(long, hide = true)]
+    pub(crate) stop_at_deadline: bool,
     /// What to do when the lease becomes suspect (at risk)
     ///
     /// What to do when the lease becomes suspect: at risk before its deadline (renewals failing, or

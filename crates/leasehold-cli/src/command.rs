@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use leasehold::{Error, Fence, Lease, LeaseHealth, LostReason};
+use leasehold::{Error, Fence, Lease, LeaseHealth, LostReason, Stop};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -156,6 +156,9 @@ pub(crate) async fn run_command(
             }
         });
     }
+    if let Err(code) = full_ttl_ahead(args, lease).await {
+        return Ended::Failed(code);
+    }
     let spec = watcher::Spec {
         command: &args.command,
         env: [
@@ -209,6 +212,9 @@ pub(crate) async fn run_command(
     let mut lost_reason: Option<LostReason> = None;
     let mut exited: Option<i32> = None;
     let mut stopping = false;
+    // Stopped because the lease was about to lapse (the stop-before-hand-over rule).
+    let mut stopped_early = false;
+    let early_stop_off = args.supervise.stop_at_deadline;
 
     let watcher_gone = loop {
         tokio::select! {
@@ -234,14 +240,39 @@ pub(crate) async fn run_command(
                 Some(Report::Started(_) | Report::Failed { .. }) => {}
                 None => break true,
             },
-            reason = lost.fired(), if lost_reason.is_none() && exited.is_none() => {
-                eprintln!(
-                    "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
-                    args.name, show(args.supervise.grace)
-                );
-                lost_reason = Some(reason);
-                watcher.send(Order::Stop(args.supervise.grace)).await;
+            stop = lease.stopping(args.supervise.grace), if !early_stop_off && !stopping && exited.is_none() => {
+                let grace = grace_left(args, lease);
+                match stop {
+                    Stop::Lost(reason) => {
+                        lost_reason = Some(reason);
+                        eprintln!(
+                            "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
+                            args.name, show(grace)
+                        );
+                    }
+                    _ => {
+                        stopped_early = true;
+                        eprintln!(
+                            "leasehold: lease `{}` is about to lapse: {stop}; sending SIGTERM to the command, SIGKILL in {} (before anyone else can hold the name)",
+                            args.name, show(grace)
+                        );
+                    }
+                }
+                watcher.send(Order::Stop(grace)).await;
                 stopping = true;
+            }
+            // The old rule (`--stop-at-deadline`), and the reason of a loss once stopping.
+            reason = lost.fired(), if lost_reason.is_none() && exited.is_none() => {
+                lost_reason = Some(reason);
+                if !stopping {
+                    let grace = grace_left(args, lease);
+                    eprintln!(
+                        "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
+                        args.name, show(grace)
+                    );
+                    watcher.send(Order::Stop(grace)).await;
+                    stopping = true;
+                }
             }
             now = health.at_risk(), if !suspect_seen && lost_reason.is_none() && exited.is_none() && !stopping => {
                 suspect_seen = true;
@@ -253,12 +284,13 @@ pub(crate) async fn run_command(
                             args.name
                         ),
                         OnSuspect::Stop => {
+                            let grace = grace_left(args, lease);
                             eprintln!(
                                 "leasehold: lease `{}` is at risk: {reason}; --on-suspect stop: sending SIGTERM to the command, SIGKILL in {}",
-                                args.name, show(args.supervise.grace)
+                                args.name, show(grace)
                             );
                             stopped_suspect = true;
-                            watcher.send(Order::Stop(args.supervise.grace)).await;
+                            watcher.send(Order::Stop(grace)).await;
                             stopping = true;
                         }
                     }
@@ -288,10 +320,44 @@ pub(crate) async fn run_command(
         .await;
     }
     watcher.reap().await;
-    if lost_reason.is_some() || stopped_suspect {
+    if lost_reason.is_some() || stopped_suspect || stopped_early {
         return Ended::Lost;
     }
     Ended::Exited(exited)
+}
+
+/// The grace a stop ordered now can give: `--grace`, cut so that SIGKILL comes no later than the
+/// lease's stop instant (before the store may hand the name on). The old rule
+/// (`--stop-at-deadline`) gives the whole grace whatever the lease.
+fn grace_left(args: &RunArgs, lease: &Lease) -> Duration {
+    let grace = args.supervise.grace;
+    if args.supervise.stop_at_deadline {
+        return grace;
+    }
+    grace.min(lease.stop_by().saturating_duration_since(Instant::now()))
+}
+
+/// Before the command starts: a lease handed over with a short first TTL (the hand-off queue's)
+/// has its stop instant close until its first renewal; renew once now so that the command starts
+/// with the whole grace ahead of it. A renewal that fails means the command does not start.
+async fn full_ttl_ahead(args: &RunArgs, lease: &Lease) -> Result<(), i32> {
+    let ahead = lease.stop_by().saturating_duration_since(Instant::now());
+    if args.supervise.stop_at_deadline
+        || ahead > args.supervise.grace + lease.options().stop_margin()
+    {
+        return Ok(());
+    }
+    match lease.renew().await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            eprintln!(
+                "leasehold: the lease `{}` was handed over with a short first TTL and its first renewal failed: {}; command not run",
+                args.name,
+                exit::describe(&e)
+            );
+            Err(exit::for_error(&e, exit::BUSY))
+        }
+    }
 }
 
 /// The fallback when the watcher is gone: the command is init's child now, so we find its processes

@@ -49,8 +49,8 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
     if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
-    let run_args = as_run_args(&args);
-    let (opts, mut signals) = match prepare(&run_args) {
+    let mut run_args = as_run_args(&args);
+    let (opts, mut signals) = match prepare(&mut run_args) {
         Ok(ready) => ready,
         Err(code) => return code,
     };

@@ -30,11 +30,11 @@ use crate::exit;
 use crate::inspect::{check_name, connect};
 
 /// Runs `leasehold run`; returns the exit code.
-pub(crate) async fn run(args: RunArgs) -> i32 {
+pub(crate) async fn run(mut args: RunArgs) -> i32 {
     if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
-    let (opts, mut signals) = match prepare(&args) {
+    let (opts, mut signals) = match prepare(&mut args) {
         Ok(ready) => ready,
         Err(code) => return code,
     };
@@ -99,12 +99,21 @@ pub(crate) async fn serve_health(
         })
 }
 
-/// What `run` and `elect` do before connecting: the lease options, the signal handlers (before
-/// anything else, so that a Ctrl-C while waiting aborts cleanly), the metrics listener. Bad input
-/// is exit 2.
-pub(crate) fn prepare(args: &RunArgs) -> Result<(LeaseOptions, Signals), i32> {
-    let opts = match lease_options(args) {
-        Ok(o) => o,
+/// What `run` and `elect` do before connecting: the lease options, the grace that fits them, the
+/// signal handlers (before anything else, so that a Ctrl-C while waiting aborts cleanly), the
+/// metrics listener. Bad input is exit 2.
+pub(crate) fn prepare(args: &mut RunArgs) -> Result<(LeaseOptions, Signals), i32> {
+    let opts = match lease_options(args).and_then(|o| {
+        let grace = args
+            .supervise
+            .grace_given
+            .unwrap_or_else(|| o.default_shutdown());
+        o.check_shutdown(grace).map(|()| (o, grace))
+    }) {
+        Ok((o, grace)) => {
+            args.supervise.grace = grace;
+            o
+        }
         Err(e) => {
             eprintln!("leasehold: {e}");
             return Err(exit::USAGE);

@@ -90,5 +90,5 @@ pub use error::{Error, LostReason, Phase, Result, StoreFailure};
 pub use fence::Fence;
 pub use lease::{
     HealthWatch, Lease, LeaseClient, LeaseClientBuilder, LeaseHealth, LeaseOptions, LostSignal,
-    ReplicaPolicy, StoreKind, SuspectReason,
+    ReplicaPolicy, Stop, StoreKind, SuspectReason,
 };

@@ -100,6 +100,51 @@ impl Lease {
         self.state.remaining()
     }
 
+    /// The instant by which everything done under the lease must have stopped, by this process's
+    /// clock: the earliest moment the store may hand the name on, as this holder estimates it
+    /// conservatively (from before the last renewal the store accepted was sent, plus the TTL,
+    /// counted at the store's clock rate where known), less the
+    /// [`stop_margin`](LeaseOptions::stop_margin). Each successful renewal moves it on. Work that
+    /// takes `shutdown` to stop must start stopping at `stop_by() - shutdown` at the latest:
+    /// [`stopping`](Self::stopping) says when. A process paused past it learns nothing until it
+    /// runs again; only a fence covers that.
+    pub fn stop_by(&self) -> Instant {
+        self.state.stop_by()
+    }
+
+    /// Completes when work that takes up to `shutdown` to stop must start stopping so as to be
+    /// gone by [`stop_by`](Self::stop_by): at `stop_by() - shutdown` unless a renewal moved the
+    /// deadline on meanwhile, or at once when the lease is lost
+    /// ([`Stop::Lost`](crate::Stop::Lost)). A healthy lease renewed on time never completes it
+    /// when `shutdown` fits ([`LeaseOptions::check_shutdown`]). A lease handed over with a short
+    /// first TTL ([`LeaseOptions::handoff_ttl`]) has its deadline close until its first renewal:
+    /// [`renew`](Self::renew) once first when the work needs a long shutdown.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches the clock and the lost signal.
+    pub async fn stopping(&self, shutdown: Duration) -> crate::Stop {
+        // A clock rate learned later may move the deadline back a little: look again at least
+        // this often.
+        const LOOK_AGAIN: Duration = Duration::from_secs(1);
+        let lost = self.lost();
+        loop {
+            if let Some(reason) = lost.reason() {
+                return crate::Stop::Lost(reason);
+            }
+            let stop_by = self.state.stop_by();
+            let now = Instant::now();
+            let at = stop_by.checked_sub(shutdown).unwrap_or(now);
+            if at <= now {
+                return crate::Stop::Due { stop_by };
+            }
+            tokio::select! {
+                reason = lost.fired() => return crate::Stop::Lost(reason),
+                _ = tokio::time::sleep_until(at.min(now + LOOK_AGAIN)) => {}
+            }
+        }
+    }
+
     /// How long it has been held, measured from before the acquire was sent.
     pub fn held_for(&self) -> Duration {
         self.state.acquired_at.elapsed()

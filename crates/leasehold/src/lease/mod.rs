@@ -80,7 +80,7 @@ pub use client::{LeaseClient, LeaseClientBuilder};
 pub use guard::Lease;
 pub use names::{check_name, check_pattern, check_prefix, MAX_NAME_LEN};
 pub use options::{LeaseOptions, LeaseOptionsBuilder, ReplicaPolicy};
-pub use signal::{HealthWatch, LeaseHealth, LostSignal, SuspectReason};
+pub use signal::{HealthWatch, LeaseHealth, LostSignal, Stop, SuspectReason};
 #[cfg(feature = "redis")]
 pub use store::redis::keys::LeaseKeys;
 pub use store::{ForcedRelease, HolderInfo, LeaseInfo, StoreKind, SCHEMES};

@@ -106,6 +106,80 @@ impl LeaseOptions {
 
     /// Most permits a semaphore may have.
     pub const MAX_PERMITS: u32 = 1_000;
+
+    /// How long before the store may hand the name on the holder's work must be gone: the drift
+    /// allowance plus a fixed allowance (100 ms) for the stop order to reach the work and for a
+    /// busy machine's scheduling delay. [`Lease::stop_by`](crate::Lease::stop_by) is the store's
+    /// earliest hand-over by the holder's estimate less this.
+    pub fn stop_margin(&self) -> Duration {
+        self.drift + crate::lease::state::STOP_ALLOWANCE
+    }
+
+    /// The longest shutdown (time from "stop now" to the work being gone, a `--grace`) that fits
+    /// inside the lease: shorter than the TTL less one renewal period and the
+    /// [`stop_margin`](Self::stop_margin), so that a healthy lease, renewed on time, is never told
+    /// to stop, and a lease whose renewals fail is told early enough for the work to end before the
+    /// store may hand the name on. Zero when nothing fits (a very short TTL): the work is then
+    /// killed at [`Lease::stop_by`](crate::Lease::stop_by) without a grace.
+    pub fn longest_shutdown(&self) -> Duration {
+        let renew = self.renew_every.unwrap_or(Duration::ZERO);
+        self.ttl
+            .saturating_sub(renew)
+            .saturating_sub(self.stop_margin())
+            .saturating_sub(Duration::from_millis(1))
+    }
+
+    /// A shutdown that fits the lease by default: a third of the TTL, at most 10 s and at most
+    /// [`longest_shutdown`](Self::longest_shutdown).
+    pub fn default_shutdown(&self) -> Duration {
+        (self.ttl / 3)
+            .min(Duration::from_secs(10))
+            .min(self.longest_shutdown())
+    }
+
+    /// Checks that work taking up to `shutdown` to stop can be stopped before the store may hand
+    /// the name on (see [`longest_shutdown`](Self::longest_shutdown)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] naming the shutdown, the TTL, the renewal period and the margin, and the
+    /// shortest TTL (with the default renewal period and drift) that would fit it.
+    pub fn check_shutdown(&self, shutdown: Duration) -> Result<()> {
+        let longest = self.longest_shutdown();
+        if shutdown <= longest {
+            return Ok(());
+        }
+        // ttl - ttl/3 - (ttl/100 + 2 ms + the allowance) > shutdown + 1 ms.
+        let fixed = crate::lease::state::STOP_ALLOWANCE + Duration::from_millis(3);
+        let shortest_ttl = (shutdown + fixed).as_secs_f64() / (1.0 - 1.0 / 3.0 - 0.01);
+        Err(Error::invalid(
+            "grace",
+            format!(
+                "{} does not fit inside a {} lease renewed every {}: the work must be gone \
+                 before the store may hand the name on, so grace + margin ({} ms: drift and a \
+                 stop allowance) must stay under ttl - renewal period; use a grace of at most {} \
+                 ms, or a ttl of at least {} ms",
+                show(shutdown),
+                show(self.ttl),
+                show(self.renew_every.unwrap_or(Duration::ZERO)),
+                self.stop_margin().as_millis(),
+                longest.as_millis(),
+                (shortest_ttl * 1000.0).ceil() as u64 + 1
+            ),
+        ))
+    }
+}
+
+/// A duration as a person writes it: `300ms`, `1.5s`, `2m`.
+pub(crate) fn show(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else {
+        format!("{}s", d.as_secs_f64())
+    }
 }
 
 /// Builder for [`LeaseOptions`]; every check happens in [`build`](Self::build).
@@ -319,6 +393,43 @@ mod tests {
         assert_eq!(o.permits(), 1);
         let short = LeaseOptions::with_ttl(Duration::from_millis(300)).unwrap();
         assert_eq!(short.handoff_ttl(), short.ttl());
+    }
+
+    #[test]
+    fn a_shutdown_fits_inside_the_lease_or_is_refused_with_the_numbers() {
+        let ms = Duration::from_millis;
+        let o = LeaseOptions::with_ttl(Duration::from_secs(30)).unwrap();
+        assert_eq!(o.stop_margin(), ms(402));
+        assert_eq!(o.default_shutdown(), Duration::from_secs(10));
+        assert!(o.check_shutdown(Duration::from_secs(10)).is_ok());
+        assert!(o.check_shutdown(o.longest_shutdown()).is_ok());
+        assert!(o.check_shutdown(o.longest_shutdown() + ms(1)).is_err());
+        let three = LeaseOptions::with_ttl(Duration::from_secs(3)).unwrap();
+        assert_eq!(three.default_shutdown(), Duration::from_secs(1));
+        let Err(Error::Invalid { what, why }) = three.check_shutdown(Duration::from_secs(3)) else {
+            panic!("a 3 s grace cannot fit a 3 s lease");
+        };
+        assert_eq!(what, "grace");
+        assert!(
+            why.contains("3s") && why.contains("1s") && why.contains("132 ms"),
+            "{why}"
+        );
+        // The shortest TTL it names does fit.
+        let fix: u64 = why
+            .rsplit("at least ")
+            .next()
+            .unwrap()
+            .trim_end_matches(" ms")
+            .parse()
+            .unwrap();
+        let fitted = LeaseOptions::with_ttl(ms(fix)).unwrap();
+        assert!(
+            fitted.check_shutdown(Duration::from_secs(3)).is_ok(),
+            "{why}"
+        );
+        // A TTL too short for any grace: the work is killed at its stop instant.
+        let tiny = LeaseOptions::with_ttl(ms(150)).unwrap();
+        assert_eq!(tiny.default_shutdown(), Duration::ZERO);
     }
 
     #[test]

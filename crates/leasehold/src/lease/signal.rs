@@ -72,6 +72,36 @@ impl LostSignal {
     }
 }
 
+/// Why [`Lease::stopping`](crate::Lease::stopping) says the work must stop now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stop {
+    /// Renewals have not moved the deadline in time: a shutdown that starts now ends by `stop_by`,
+    /// before the store may hand the name on.
+    Due {
+        /// The instant the work must be gone by ([`Lease::stop_by`](crate::Lease::stop_by)).
+        stop_by: tokio::time::Instant,
+    },
+    /// The lease is lost already (the lost signal's reason): stop at once.
+    Lost(LostReason),
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stop::Due { stop_by } => {
+                let left = stop_by.saturating_duration_since(tokio::time::Instant::now());
+                write!(
+                    f,
+                    "renewals have not kept the lease alive; the store may hand it on in {} ms",
+                    left.as_millis() + crate::lease::state::STOP_ALLOWANCE.as_millis()
+                )
+            }
+            Stop::Lost(reason) => write!(f, "lost: {reason}"),
+        }
+    }
+}
+
 /// Why a held lease is at risk although its deadline has not passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -65,6 +65,11 @@ pub(crate) struct LeaseState {
     finished: AtomicBool,
 }
 
+/// How long before the holder's deadline its work must be gone ([`crate::Lease::stop_by`]): the
+/// time for a stop order to reach the work and for the kernel to end a process killed at the last
+/// instant, with room for a busy machine's scheduling delay.
+pub(crate) const STOP_ALLOWANCE: Duration = Duration::from_millis(100);
+
 /// The drift allowance over a first TTL shorter than the options' (a hand-over grants one): clock
 /// rates differ in proportion to the time measured, so the allowance shrinks with it, never below
 /// 2 ms (the fixed part of the default) nor above the configured drift.
@@ -137,6 +142,13 @@ impl LeaseState {
     /// The deadline by validity alone (not by max hold).
     pub(crate) fn validity_deadline(&self) -> Instant {
         self.deadline.lock().expect("deadline lock").0
+    }
+
+    /// The instant by which everything done under the lease must have stopped: the validity
+    /// deadline less [`STOP_ALLOWANCE`].
+    pub(crate) fn stop_by(&self) -> Instant {
+        let d = self.validity_deadline();
+        d.checked_sub(STOP_ALLOWANCE).unwrap_or(d)
     }
 
     /// Moves the deadline to `sent_at + ttl - drift`, counted at the store's clock rate `rate` when

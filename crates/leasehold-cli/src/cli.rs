@@ -462,7 +462,8 @@ pub(crate) struct HistoryArgs {
     /// Most slots shown, newest first
     ///
     /// Most slots shown, newest first (`--prometheus` counts every slot on record).
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(crate) limit: usize,
     /// The job's name (as given to `run --once-per`).
     pub(crate) name: String,

@@ -87,6 +87,19 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
                     );
                     return args.supervise.busy_exit_code;
                 }
+                // With --again an outage (or a leadership lost before it was recorded) sends
+                // the candidate back to standby, not out: it campaigns again after a pause.
+                Err(e) if args.again && standby_after(&e) => {
+                    eprintln!(
+                        "leasehold: campaign for `{}` failed: {}; campaigning again (--again)",
+                        args.name,
+                        exit::describe(&e)
+                    );
+                    tokio::select! {
+                        _ = tokio::time::sleep(again_pause()) => continue,
+                        sig = signals.recv() => return aborted(sig, "not a candidate any more"),
+                    }
+                }
                 Err(e) => return fail(&e),
             },
             sig = signals.recv() => return aborted(
@@ -102,6 +115,12 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             );
         }
         if let Some(h) = &health {
+            h.advertising(Some(serde_json::json!({
+                "name": args.name,
+                "term": term.get(),
+                "value": leadership.value(),
+                "holder": leadership.holder(),
+            })));
             h.holding(Some((leadership.health(), term)));
         }
         let code = supervise(
@@ -113,6 +132,7 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
         .await;
         if let Some(h) = &health {
             h.holding(None);
+            h.advertising(None);
         }
         if args.verbose {
             eprintln!(
@@ -127,6 +147,22 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             eprintln!("leasehold: campaigning for `{}` again", args.name);
         }
     }
+}
+
+/// Whether a failed campaign sends an `--again` candidate back to standby: an outage, a timeout,
+/// a leadership lost before it was recorded. Bad input and refusals (credentials, permissions, a
+/// misconfigured store) end it: campaigning again cannot help.
+fn standby_after(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::LeaseLost { .. } | Error::Timeout { .. } | Error::NoQuorum { .. }
+    ) || matches!(e, Error::Store { kind, .. } if kind.is_retryable())
+}
+
+/// The pause before campaigning again after a failed campaign: 200-400 ms, jittered so that
+/// candidates that failed together do not come back together.
+fn again_pause() -> Duration {
+    Duration::from_millis(200 + u64::from(std::process::id() % 200))
 }
 
 /// One line for a leader, or for nobody.

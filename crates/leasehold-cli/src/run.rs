@@ -41,8 +41,16 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
 
     let mut store = args.store.clone();
     if let Some(period) = args.once_per {
-        // A slot's record must outlive the slot: at least two periods.
-        store.retention = store.retention.max(period.saturating_mul(2));
+        // The period's own limits first, reported as the period's.
+        if let Err(e) = leasehold::schedule::Schedule::every(period) {
+            return crate::inspect::fail(&e);
+        }
+        // A slot's record must outlive the slot: at least two periods (within the longest
+        // retention, which is two of the longest periods).
+        store.retention = store
+            .retention
+            .max(period.saturating_mul(2))
+            .min(leasehold::lease::client::MAX_RETENTION.max(store.retention));
     }
     let client = tokio::select! {
         c = connect(&store) => match c { Ok(c) => c, Err(code) => return code },

@@ -309,7 +309,7 @@ fn force_release_sends_sigterm_to_the_command_and_run_exits_76() {
     );
     let mut run = leasehold(Some(&redis))
         .args([
-            "run", "--ttl", "1500ms", "--grace", "5s", "evict", "--", "sh", "-c", &script,
+            "run", "--ttl", "1500ms", "--grace", "500ms", "evict", "--", "sh", "-c", &script,
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -487,7 +487,7 @@ fn redis_stopping_mid_run_loses_the_lease_and_stops_the_command() {
     );
     let mut run = leasehold(Some(&redis))
         .args([
-            "run", "--ttl", "1s", "--grace", "2s", "outage", "--", "sh", "-c", &script,
+            "run", "--ttl", "1s", "--grace", "500ms", "outage", "--", "sh", "-c", &script,
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -652,7 +652,7 @@ fn etcd_store_runs_a_command_and_serves_status_list_and_force_release() {
     );
     let mut run = leasehold(None)
         .args([
-            "run", "--store", &url, "--ttl", "2s", "--grace", "5s", "nightly", "--", "sh", "-c",
+            "run", "--store", &url, "--ttl", "2s", "--grace", "1s", "nightly", "--", "sh", "-c",
             &script,
         ])
         .stdout(Stdio::null())

@@ -257,8 +257,12 @@ impl Election {
             },
             lease,
         };
-        // On failure the lease is dropped, which releases it in the background.
-        leadership.write().await?;
+        if let Err(e) = leadership.write().await {
+            // Give the lease back now (compare-and-delete: harmless if it already lapsed), so the
+            // next candidate does not wait out a TTL behind a leader that never was.
+            let _ = tokio::time::timeout(self.opts.ttl, leadership.lease.release()).await;
+            return Err(e);
+        }
         crate::lease::metrics::election("elected");
         Ok(leadership)
     }

@@ -78,7 +78,10 @@ impl Schedule {
             return Err(Error::invalid(
                 "schedule period",
                 format!(
-                    "{period:?} is out of range; give between {MIN_PERIOD:?} and {MAX_PERIOD:?} (e.g. 1h, 1d)"
+                    "{} is out of range; give between {} and {} (e.g. 1h, 1d)",
+                    crate::lease::options::show(period),
+                    crate::lease::options::show(MIN_PERIOD),
+                    crate::lease::options::show(MAX_PERIOD)
                 ),
             ));
         }

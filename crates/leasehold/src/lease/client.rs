@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Phase, Result};
 use crate::lease::guard::Lease;
 use crate::lease::options::LeaseOptions;
 use crate::lease::state::LeaseState;
@@ -63,6 +63,10 @@ enum Target {
 }
 
 /// A Redis failure that a later attempt may not meet (connection dropped, refused, timed out).
+/// The longest retention accepted: two of the longest schedule periods, so that a slot record of
+/// any period a schedule accepts outlives its slot.
+pub const MAX_RETENTION: Duration = Duration::from_secs(2 * 366 * 24 * 3600);
+
 fn is_transient(e: &Error) -> bool {
     e.is_unavailable() && e.is_retryable()
 }
@@ -153,12 +157,13 @@ impl LeaseClientBuilder {
     fn check(&self) -> Result<()> {
         crate::lease::names::check_prefix(&self.settings.prefix)?;
         let retention = self.settings.retention;
-        if retention < Duration::from_secs(1) || retention > Duration::from_secs(366 * 24 * 3600) {
+        if !(Duration::from_secs(1)..=MAX_RETENTION).contains(&retention) {
             return Err(Error::invalid(
                 "retention",
                 format!(
-                    "{} ms is out of range; use between 1 s and 366 days",
-                    retention.as_millis()
+                    "{} is out of range; use between 1s and {}",
+                    crate::lease::options::show(retention),
+                    crate::lease::options::show(MAX_RETENTION)
                 ),
             ));
         }
@@ -514,6 +519,16 @@ impl LeaseClient {
             armed: false,
         };
         let r = match self.attempt(&mut guard).await {
+            Ok(Outcome::Taken(lease)) if lease.arrived_dead() => {
+                // Granted, but the answer came after the lease's deadline: give it back and say
+                // the store answered too late (nothing is held).
+                metrics::late_grant();
+                let _ = tokio::time::timeout(opts.ttl, lease.release()).await;
+                Err(Error::Timeout {
+                    phase: Phase::Acquire,
+                    after: started.elapsed(),
+                })
+            }
             Ok(Outcome::Taken(lease)) => Ok(lease),
             Ok(Outcome::Busy(remaining)) => {
                 metrics::contention();
@@ -625,10 +640,19 @@ impl LeaseClient {
             guard.req.step = guard.req.step.saturating_add(1);
             let failed = match step {
                 Ok(Attempt::Taken(grant)) => {
+                    let lease = self.make_lease(name, &token, &grant, opts);
+                    if lease.arrived_dead() {
+                        // The store answered so late (it froze, the network stalled) that the
+                        // lease's deadline passed on the way: never hand out a dead lease. Give
+                        // it back (compare-and-delete: harmless if it lapsed) and wait on.
+                        metrics::late_grant();
+                        let _ = tokio::time::timeout(left, lease.release()).await;
+                        continue;
+                    }
                     // The next head may skip asking only when this hold's release is sure to wake
                     // a waiter.
                     head.held_here_until = grant.wakes_next.then(|| Instant::now() + opts.ttl);
-                    return Ok(self.make_lease(name, &token, &grant, opts));
+                    return Ok(lease);
                 }
                 Ok(Attempt::Busy { remaining }) => {
                     metrics::contention();

@@ -170,11 +170,15 @@ impl LeaseOptions {
     }
 }
 
-/// A duration as a person writes it: `300ms`, `1.5s`, `2m`.
+/// A duration as a person writes it: `300ms`, `1.5s`, `2m`, `3h`, `184d`.
 pub(crate) fn show(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         format!("{ms}ms")
+    } else if ms % 86_400_000 == 0 {
+        format!("{}d", ms / 86_400_000)
+    } else if ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
     } else if ms % 60_000 == 0 {
         format!("{}m", ms / 60_000)
     } else {

@@ -26,7 +26,9 @@ pub(crate) struct Daemon {
 impl Daemon {
     pub(crate) fn spawn(&mut self, cmd: &mut Command) -> io::Result<()> {
         self.kill()?;
-        self.child = Some(cmd.spawn()?);
+        let child = cmd.spawn()?;
+        crate::reaper::watch(child.id(), false);
+        self.child = Some(child);
         self.paused = false;
         Ok(())
     }

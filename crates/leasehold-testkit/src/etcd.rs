@@ -281,6 +281,7 @@ impl EtcdCluster {
         } else {
             builder.tempdir()?
         };
+        crate::reaper::remove_at_exit(dir.path());
         let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
         let initial_cluster = ports
             .iter()

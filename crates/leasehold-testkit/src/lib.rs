@@ -32,6 +32,7 @@ pub mod etcd;
 pub mod mariadb;
 pub mod postgres;
 mod proxy;
+mod reaper;
 mod redis_server;
 pub mod sentinel;
 

@@ -120,6 +120,7 @@ impl MariaDbServer {
         } else {
             tmp.tempdir()?
         };
+        crate::reaper::remove_at_exit(dir.path());
         let base = dir.path().to_path_buf();
         let data = base.join("data");
         install(&data)?;
@@ -200,7 +201,10 @@ impl MariaDbServer {
             .stdout(log.try_clone()?)
             .stderr(log)
             .process_group(0);
-        self.child = Some(cmd.spawn()?);
+        let child = cmd.spawn()?;
+        // Its own process group (its backends with it): killed as a group if we end first.
+        crate::reaper::watch(child.id(), true);
+        self.child = Some(child);
         self.paused = false;
         if let Err(e) = self.wait_ready() {
             self.kill_all();

@@ -128,6 +128,7 @@ impl PostgresServerBuilder {
         } else {
             tmp.tempdir()?
         };
+        crate::reaper::remove_at_exit(dir.path());
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
         }
@@ -267,7 +268,10 @@ impl PostgresServer {
         if let Some((uid, gid)) = self.owner {
             cmd.uid(uid).gid(gid);
         }
-        self.child = Some(cmd.spawn()?);
+        let child = cmd.spawn()?;
+        // Its own process group (its backends with it): killed as a group if we end first.
+        crate::reaper::watch(child.id(), true);
+        self.child = Some(child);
         self.paused = false;
         let port = self.port;
         let pid_file = self.data.join("postmaster.pid");

@@ -121,6 +121,7 @@ impl RedisServerBuilder {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
             .tempdir()?;
+        crate::reaper::remove_at_exit(dir.path());
         let port = self.port.unwrap_or_else(crate::free_port);
         let mut server = RedisServer {
             child: None,
@@ -394,6 +395,7 @@ impl RedisServer {
                 ),
             )
         })?;
+        crate::reaper::watch(child.id(), false);
         self.child = Some(child);
         self.paused = false;
         self.wait_until_up()

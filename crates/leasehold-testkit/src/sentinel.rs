@@ -611,6 +611,7 @@ impl SentinelServer {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-sentinel-")
             .tempdir()?;
+        crate::reaper::remove_at_exit(dir.path());
         let port = free_port();
         std::fs::write(dir.path().join("sentinel.conf"), conf(port, dir.path()))?;
         let mut s = Self {

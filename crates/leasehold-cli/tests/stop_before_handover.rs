@@ -138,31 +138,28 @@ fn stamps(path: &Path) -> Stamps {
     s
 }
 
-/// The command line of a holder or successor for `mode`.
-fn command(
+/// What a trial's holder and successor share.
+struct Spec<'a> {
     mode: Mode,
-    url: &str,
-    name: &str,
-    out: &Path,
-    script: &Path,
-    linger: &str,
+    name: &'a str,
+    script: &'a Path,
+    /// The old stop rule (`--stop-at-deadline`).
     old: bool,
-    successor: bool,
-) -> Command {
+}
+
+/// The command line of the holder (or, with `successor`, of the successor) of a trial.
+fn command(t: &Spec<'_>, url: &str, out: &Path, linger: &str, successor: bool) -> Command {
     let mut c = leasehold(url);
-    match mode {
-        Mode::Run | Mode::OncePer => {
-            c.arg("run");
-        }
-        Mode::Elect => {
-            c.arg("elect");
-        }
-    }
+    c.arg(if t.mode == Mode::Elect {
+        "elect"
+    } else {
+        "run"
+    });
     c.args(["--ttl", TTL, "--grace", GRACE]);
-    if old {
+    if t.old {
         c.arg("--stop-at-deadline");
     }
-    match (mode, successor) {
+    match (t.mode, successor) {
         (Mode::Run | Mode::Elect, true) => {
             c.args(["--wait", "20s"]);
         }
@@ -171,10 +168,10 @@ fn command(
         }
         _ => {}
     }
-    c.arg(name)
+    c.arg(t.name)
         .arg("--")
         .arg("python3")
-        .arg(script)
+        .arg(t.script)
         .arg(out)
         .arg(linger);
     c.stdout(Stdio::null()).stderr(Stdio::piped());
@@ -215,7 +212,6 @@ fn stderr_of(child: &mut Child) -> String {
     s
 }
 
-#[allow(clippy::too_many_arguments)]
 fn trial(
     rt: &tokio::runtime::Runtime,
     store: &dyn Store,
@@ -229,9 +225,15 @@ fn trial(
     let via_proxy = store.url(proxy.addr());
     let direct = store.url(store.addr());
     let name = format!("sbh-{:?}-{}-{i}-{:08x}", mode, old, rand::random::<u32>()).to_lowercase();
+    let spec = Spec {
+        mode,
+        name: &name,
+        script,
+        old,
+    };
     let (a_out, b_out) = (dir.join(format!("{name}.a")), dir.join(format!("{name}.b")));
 
-    let mut a = command(mode, &via_proxy, &name, &a_out, script, LINGER, old, false)
+    let mut a = command(&spec, &via_proxy, &a_out, LINGER, false)
         .spawn()
         .unwrap();
     assert!(
@@ -251,9 +253,7 @@ fn trial(
     let mut b_log = String::new();
     match mode {
         Mode::Run | Mode::Elect => {
-            let mut b = command(mode, &direct, &name, &b_out, script, "-1", old, true)
-                .spawn()
-                .unwrap();
+            let mut b = command(&spec, &direct, &b_out, "-1", true).spawn().unwrap();
             let code = wait(&mut b, Duration::from_secs(30));
             b_log = stderr_of(&mut b);
             assert_eq!(code, Some(0), "successor: {b_log}");
@@ -261,9 +261,7 @@ fn trial(
         Mode::OncePer => {
             let until = Instant::now() + Duration::from_secs(30);
             while stamps(&b_out).start.is_none() && Instant::now() < until {
-                let mut b = command(mode, &direct, &name, &b_out, script, "-1", old, true)
-                    .spawn()
-                    .unwrap();
+                let mut b = command(&spec, &direct, &b_out, "-1", true).spawn().unwrap();
                 let _ = wait(&mut b, Duration::from_secs(30));
                 b_log = stderr_of(&mut b);
                 std::thread::sleep(Duration::from_millis(30));

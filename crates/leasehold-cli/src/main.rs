@@ -36,13 +36,28 @@ fn init_tracing(verbose: u8, quiet: bool) {
         (false, 2) => "debug",
         (false, _) => "trace",
     };
+    // The holder's events (lost, suspect, force-released) are said by the command in its own
+    // words, one line each; the library's log line for them shows only from -v on.
+    let default = if verbose == 0 {
+        format!("{level},{}=off", leasehold::lease::HOLDER_EVENTS)
+    } else {
+        level.to_owned()
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .with_target(true)
         .init();
+}
+
+/// Colour only for a person: stderr is a terminal and `NO_COLOR` is unset or empty
+/// (<https://no-color.org>). Under cron, systemd, Kubernetes or a pipe, plain lines.
+pub(crate) fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// The command as a shell should offer it: without the internal subcommands (the watcher and the

@@ -10,6 +10,7 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 mod cli_support;
+use cli_support::tmux::Tmux;
 use cli_support::wait_with_timeout as wait_exit;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
@@ -340,111 +341,6 @@ fn the_churn_stops_a_command_supervised_by_a_thread_bound_parent_death_signal() 
 
 // ---------------------------------------------------------------------------------------------------
 // On a real terminal.
-
-/// A tmux server of its own (its own socket), killed on drop.
-struct Tmux {
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Tmux {
-    fn start(env: &[(&str, String)]) -> Tmux {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("tmux.sock");
-        let mut c = Command::new("tmux");
-        c.arg("-S").arg(&socket).args([
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-x",
-            "160",
-            "-y",
-            "40",
-        ]);
-        for (k, v) in env {
-            c.arg("-e").arg(format!("{k}={v}"));
-        }
-        c.args(["sh"]);
-        let status = c.status().expect(
-            "tmux is required for the terminal tests (apt-get install -y tmux, or ./dev setup)",
-        );
-        assert!(status.success(), "tmux new-session failed");
-        Tmux { socket, _dir: dir }
-    }
-
-    fn tmux(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.arg("-S").arg(&self.socket);
-        c
-    }
-
-    fn send(&self, keys: &[&str]) {
-        assert!(self
-            .tmux()
-            .arg("send-keys")
-            .args(keys)
-            .status()
-            .unwrap()
-            .success());
-    }
-
-    fn type_line(&self, line: &str) {
-        self.send(&["-l", line]);
-        self.send(&["Enter"]);
-    }
-
-    fn screen(&self) -> String {
-        let o = self
-            .tmux()
-            .args(["capture-pane", "-p", "-J"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn wait_for(&self, what: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let screen = self.screen();
-            if screen.contains(what) {
-                return screen;
-            }
-            if Instant::now() > until {
-                let ps = Command::new("ps")
-                    .args(["-eo", "pid,ppid,pgid,tpgid,stat,wchan:20,args"])
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_default();
-                let ours: Vec<&str> = ps
-                    .lines()
-                    .filter(|l| l.contains("leasehold") || l.contains(" sh") || l.contains("sleep"))
-                    .collect();
-                panic!(
-                    "{what:?} did not appear on the terminal:\n{screen}\nprocesses:\n{}",
-                    ours.join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The pid of the shell in the pane.
-    fn shell_pid(&self) -> i32 {
-        let o = self
-            .tmux()
-            .args(["display-message", "-p", "#{pane_pid}"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.tmux().arg("kill-server").status();
-    }
-}
 
 #[test]
 fn on_a_terminal_the_command_reads_it_and_one_ctrl_c_stops_it_and_releases() {

@@ -835,7 +835,7 @@ impl LeaseClient {
     pub async fn force_release(&self, name: &str) -> Result<ForcedRelease> {
         self.store().check_name(name)?;
         let r = self.store().force_release(name).await?;
-        tracing::warn!(lease = name, evicted = r.evicted, fence = %r.fence, "lease force-released");
+        tracing::warn!(target: crate::lease::HOLDER_EVENTS, lease = name, evicted = r.evicted, fence = %r.fence, "lease force-released");
         Ok(r)
     }
 
@@ -860,7 +860,7 @@ impl LeaseClient {
             ));
         }
         let r = self.store().force_release_holder(name, token).await?;
-        tracing::warn!(lease = name, evicted = r.evicted, fence = %r.fence, "lease holder force-released");
+        tracing::warn!(target: crate::lease::HOLDER_EVENTS, lease = name, evicted = r.evicted, fence = %r.fence, "lease holder force-released");
         Ok(r)
     }
 }

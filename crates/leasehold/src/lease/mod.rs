@@ -71,7 +71,7 @@ pub mod metrics;
 pub(crate) mod names;
 pub mod options;
 pub mod signal;
-mod state;
+pub(crate) mod state;
 pub mod store;
 mod waiters;
 mod watchdog;
@@ -81,6 +81,7 @@ pub use guard::Lease;
 pub use names::{check_name, check_pattern, check_prefix, MAX_NAME_LEN};
 pub use options::{LeaseOptions, LeaseOptionsBuilder, ReplicaPolicy};
 pub use signal::{HealthWatch, LeaseHealth, LostSignal, Stop, SuspectReason};
+pub use state::HOLDER_EVENTS;
 #[cfg(feature = "redis")]
 pub use store::redis::keys::LeaseKeys;
 pub use store::{ForcedRelease, HolderInfo, LeaseInfo, StoreKind, SCHEMES};

@@ -65,6 +65,11 @@ pub(crate) struct LeaseState {
     finished: AtomicBool,
 }
 
+/// The `tracing` target of the events a holder meets (suspect, lost, held again, force-released):
+/// a program that says these in its own words (the `leasehold` command does) turns this target
+/// off so that each event is one line.
+pub const HOLDER_EVENTS: &str = "leasehold::holder";
+
 /// How long before the holder's deadline its work must be gone ([`crate::Lease::stop_by`]): the
 /// time for a stop order to reach the work and for the kernel to end a process killed at the last
 /// instant, with room for a busy machine's scheduling delay.
@@ -235,14 +240,14 @@ impl LeaseState {
                 matches!(before, LeaseHealth::Suspect { reason: r } if r.label() == reason.label());
             if !same_kind {
                 metrics::suspect(reason);
-                tracing::warn!(lease = %self.name(), fence = %self.fence, %reason, "lease suspect");
+                tracing::warn!(target: HOLDER_EVENTS, lease = %self.name(), fence = %self.fence, %reason, "lease suspect");
             }
             if !self.in_gauge.swap(true, Ordering::AcqRel) {
                 metrics::suspect_leases(1.0);
             }
         } else {
             if before.is_suspect() && to.is_held() {
-                tracing::info!(lease = %self.name(), fence = %self.fence, "lease held again");
+                tracing::info!(target: HOLDER_EVENTS, lease = %self.name(), fence = %self.fence, "lease held again");
             }
             self.leave_gauge();
         }
@@ -277,7 +282,7 @@ impl LeaseState {
     pub(crate) fn fire(&self, reason: LostReason) {
         if self.signal.fire(reason) {
             metrics::lost(reason);
-            tracing::warn!(lease = %self.name(), fence = %self.fence, %reason, "lease lost");
+            tracing::warn!(target: HOLDER_EVENTS, lease = %self.name(), fence = %self.fence, %reason, "lease lost");
             self.refresh();
             self.finish();
         }

@@ -1,7 +1,7 @@
 //! `leasehold run` dies, its command stops: the real binary, real processes checked by pid, a private
 //! redis-server per test, and a real terminal under tmux.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -263,7 +263,8 @@ pub(crate) struct SuperviseArgs {
     /// When renewals fail, SIGTERM goes out --grace before the instant the store may hand the name
     /// on (less a margin: the drift allowance and 100 ms), and SIGKILL at that instant, so the
     /// command is gone before anyone else can hold the name. It must fit inside the lease:
-    /// grace + margin under the TTL less one renewal period (two thirds of --ttl), else exit 2.
+    /// grace + margin under the TTL less one renewal period and 100 ms (about two thirds of
+    /// --ttl), else exit 2.
     #[arg(long = "grace", value_name = "DURATION", value_parser = duration::parse)]
     pub(crate) grace_given: Option<Duration>,
     /// The grace in force: `--grace`, or the default that fits the lease (set by `prepare`).
@@ -407,6 +408,23 @@ pub(crate) struct ElectArgs {
     /// How long each campaign waits to lead (default: as long as it takes).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub(crate) wait: Option<Duration>,
+    /// Program run when this candidate starts leading, e.g. one that labels its pod
+    ///
+    /// Program (a path, or a name on PATH; no arguments, no shell) run each time this candidate
+    /// starts leading, before the command starts, with LEASEHOLD_EVENT=lead, LEASEHOLD_NAME,
+    /// LEASEHOLD_TERM and LEASEHOLD_VALUE in its environment: e.g. a script that labels the pod
+    /// `role=leader` so that a Kubernetes Service selects the leader alone. It gets 10 s; a
+    /// failure is said on stderr and the leadership goes on. Checked before campaigning: a
+    /// program that is missing or not executable is exit 2.
+    #[arg(long, value_name = "PROGRAM")]
+    pub(crate) on_lead: Option<std::path::PathBuf>,
+    /// Program run when this candidate stops leading
+    ///
+    /// As --on-lead, with LEASEHOLD_EVENT=lose, run once the command is gone and the leadership is
+    /// resigned or lost (not when `elect` itself is killed with SIGKILL: the next leader's
+    /// --on-lead should take the label from every other pod first).
+    #[arg(long, value_name = "PROGRAM")]
+    pub(crate) on_lose: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub(crate) supervise: SuperviseArgs,
     /// Say on stderr when this candidate leads and resigns (the global -v).

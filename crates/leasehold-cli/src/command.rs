@@ -66,6 +66,21 @@ pub(crate) fn aborted(sig: Signal, held: &str) -> i32 {
     128 + sig as i32
 }
 
+/// How long a process interrupted while waiting gives its withdrawal (and any lease taken
+/// meanwhile) to reach the store before it exits.
+pub(crate) const SETTLE: Duration = Duration::from_secs(2);
+
+/// As [`aborted`], after the client's background clean-ups (the withdrawal from the store's queue
+/// of the acquire the signal cancelled) reached the store, within [`SETTLE`].
+pub(crate) async fn aborted_settled(
+    client: &leasehold::LeaseClient,
+    sig: Signal,
+    held: &str,
+) -> i32 {
+    client.settle(SETTLE).await;
+    aborted(sig, held)
+}
+
 /// The churn period, when the test knob is set to a duration.
 pub(crate) fn thread_churn() -> Option<Duration> {
     let value = std::env::var(crate::watcher::THREAD_CHURN_KNOB).ok()?;

@@ -19,9 +19,10 @@ use leasehold::election::{leader_of, Election, Leader};
 use leasehold::Error;
 
 use crate::cli::{ElectArgs, LeaderArgs, RunArgs};
-use crate::command::{aborted, supervise};
+use crate::command::{aborted, aborted_settled, supervise};
 use crate::duration::show;
 use crate::exit;
+use crate::hooks::Hook;
 use crate::inspect::{check_name, connect, fail};
 use crate::run::prepare;
 
@@ -49,6 +50,13 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
     if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
+    let (on_lead, on_lose) = match (
+        Hook::check("--on-lead", args.on_lead.as_deref()),
+        Hook::check("--on-lose", args.on_lose.as_deref()),
+    ) {
+        (Ok(lead), Ok(lose)) => (lead, lose),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
     let mut run_args = as_run_args(&args);
     let (opts, mut signals) = match prepare(&mut run_args) {
         Ok(ready) => ready,
@@ -102,10 +110,11 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
                 }
                 Err(e) => return fail(&e),
             },
-            sig = signals.recv() => return aborted(
+            sig = signals.recv() => return aborted_settled(
+                &client,
                 sig,
-                "withdrawn from the campaign (a leadership taken meanwhile is resigned in the background)",
-            ),
+                "withdrawn from the campaign (a leadership taken meanwhile is resigned)",
+            ).await,
         };
         let term = leadership.term();
         if args.verbose {
@@ -123,6 +132,9 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             })));
             h.holding(Some((leadership.health(), term)));
         }
+        if let Some(hook) = &on_lead {
+            hook.run("lead", &args.name, term.get(), &value).await;
+        }
         let code = supervise(
             &run_args,
             leadership.into_lease(),
@@ -130,6 +142,9 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             vec![("LEASEHOLD_TERM", term.to_string())],
         )
         .await;
+        if let Some(hook) = &on_lose {
+            hook.run("lose", &args.name, term.get(), &value).await;
+        }
         if let Some(h) = &health {
             h.holding(None);
             h.advertising(None);

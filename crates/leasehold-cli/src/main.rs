@@ -16,6 +16,7 @@ mod duration;
 mod elect;
 mod exit;
 mod health;
+mod hooks;
 mod inspect;
 mod migrate;
 mod once;

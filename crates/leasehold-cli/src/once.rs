@@ -62,7 +62,7 @@ pub(crate) async fn run(
     let holder = leasehold::election::default_holder();
     let claimed = tokio::select! {
         c = schedule::claim(client, &args.name, slot, opts, args.max_attempts, &holder) => c,
-        sig = signals.recv() => return crate::command::aborted(sig, "the slot stays open"),
+        sig = signals.recv() => return crate::command::aborted_settled(client, sig, "the slot stays open").await,
     };
     let run = match claimed {
         Ok(Claim::Run(run)) => run,

@@ -24,7 +24,7 @@ use std::time::Duration;
 use leasehold::{Error, Lease, LeaseClient, LeaseOptions};
 
 use crate::cli::RunArgs;
-use crate::command::{aborted, supervise, Signals};
+use crate::command::{aborted, aborted_settled, supervise, Signals};
 use crate::duration::show;
 use crate::exit;
 use crate::inspect::{check_name, connect};
@@ -65,10 +65,11 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
     }
     let lease = tokio::select! {
         l = acquire(&client, &args, &opts) => match l { Ok(l) => l, Err(code) => return code },
-        sig = signals.recv() => return aborted(
+        sig = signals.recv() => return aborted_settled(
+            &client,
             sig,
-            &format!("if the acquire had reached the store, the lease expires unrenewed within {}", show(args.supervise.ttl)),
-        ),
+            "withdrawn from the wait (a lease taken meanwhile is released)",
+        ).await,
     };
     if args.verbose {
         let permit = if args.permits > 1 {

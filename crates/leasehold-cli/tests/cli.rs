@@ -487,7 +487,7 @@ fn redis_stopping_mid_run_loses_the_lease_and_stops_the_command() {
     );
     let mut run = leasehold(Some(&redis))
         .args([
-            "run", "--ttl", "1s", "--grace", "500ms", "outage", "--", "sh", "-c", &script,
+            "run", "--ttl", "1s", "--grace", "400ms", "outage", "--", "sh", "-c", &script,
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

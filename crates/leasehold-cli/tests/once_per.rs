@@ -307,7 +307,7 @@ fn a_failed_run_is_run_again_in_its_slot_and_max_attempts_bounds_it() {
             s = started.display()
         ),
     ];
-    let args = once_per("crashed", &["--ttl", "1s", "--grace", "500ms"], slow);
+    let args = once_per("crashed", &["--ttl", "1s", "--grace", "400ms"], slow);
     let mut runner = leasehold(&redis).args(&args).spawn().unwrap();
     let until = std::time::Instant::now() + Duration::from_secs(5);
     while !started.exists() {

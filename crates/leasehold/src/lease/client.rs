@@ -252,7 +252,9 @@ impl Drop for AbandonGuard<'_> {
             self.req.wait,
         );
         let step = self.req.step;
+        let counted = self.keeper.cleanup();
         rt.spawn(async move {
+            let _counted = counted;
             let req = Request {
                 name: &name,
                 token: &token,
@@ -541,6 +543,19 @@ impl LeaseClient {
         };
         self.record_outcome(started, &r);
         r
+    }
+
+    /// Waits until the clean-ups this client does in the background are done (the release of a
+    /// dropped [`Lease`], the withdrawal of a cancelled acquire from the store's queue), at most
+    /// `within`; whether they are. A program about to exit calls it so that they reach the store
+    /// instead of dying with the runtime (a withdrawal that never arrives leaves the store to hand
+    /// the name to a waiter that is gone, which costs the next waiter a hand-over TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    pub async fn settle(&self, within: Duration) -> bool {
+        self.inner.keeper.settle(within).await
     }
 
     /// Waits up to `max_wait` for the lease (`Duration::ZERO` behaves like

@@ -114,7 +114,9 @@ impl Lease {
 
     /// Completes when work that takes up to `shutdown` to stop must start stopping so as to be
     /// gone by [`stop_by`](Self::stop_by): at `stop_by() - shutdown` unless a renewal moved the
-    /// deadline on meanwhile, or at once when the lease is lost
+    /// deadline on meanwhile (when the deadline is that close only because the store's clock runs
+    /// faster than ours, not before the next renewal is overdue or failing, and then with less
+    /// than `shutdown` left), or at once when the lease is lost
     /// ([`Stop::Lost`](crate::Stop::Lost)). A healthy lease renewed on time never completes it
     /// when `shutdown` fits ([`LeaseOptions::check_shutdown`]). A lease handed over with a short
     /// first TTL ([`LeaseOptions::handoff_ttl`]) has its deadline close until its first renewal:
@@ -125,22 +127,33 @@ impl Lease {
     /// Cancel safe: it only watches the clock and the lost signal.
     pub async fn stopping(&self, shutdown: Duration) -> crate::Stop {
         // A clock rate learned later may move the deadline back a little: look again at least
-        // this often.
+        // this often (and at every change of health).
         const LOOK_AGAIN: Duration = Duration::from_secs(1);
         let lost = self.lost();
+        let mut health = self.health();
         loop {
             if let Some(reason) = lost.reason() {
                 return crate::Stop::Lost(reason);
             }
-            let stop_by = self.state.stop_by();
+            let st = &self.state;
+            let stop_by = st.stop_by();
             let now = Instant::now();
             let at = stop_by.checked_sub(shutdown).unwrap_or(now);
-            if at <= now {
+            // While renewals succeed on time, a deadline that is close only because the store's
+            // clock runs fast is moved on by the next renewal: wait for that renewal to be
+            // overdue (or failing) before stopping, and stop by `stop_by` whatever happens.
+            let hold_off = match st.renewal_overdue_at() {
+                Some(overdue) if !st.renewals_failing() => overdue.min(stop_by),
+                _ => now,
+            };
+            let when = at.max(hold_off);
+            if when <= now {
                 return crate::Stop::Due { stop_by };
             }
             tokio::select! {
                 reason = lost.fired() => return crate::Stop::Lost(reason),
-                _ = tokio::time::sleep_until(at.min(now + LOOK_AGAIN)) => {}
+                _ = tokio::time::sleep_until(when.min(now + LOOK_AGAIN)) => {}
+                _ = health.changed() => {}
             }
         }
     }

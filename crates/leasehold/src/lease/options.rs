@@ -123,9 +123,12 @@ impl LeaseOptions {
     /// killed at [`Lease::stop_by`](crate::Lease::stop_by) without a grace.
     pub fn longest_shutdown(&self) -> Duration {
         let renew = self.renew_every.unwrap_or(Duration::ZERO);
+        // Less the allowance once more: the renewal that moves the deadline is given that long to
+        // answer before a stop is ordered.
         self.ttl
             .saturating_sub(renew)
             .saturating_sub(self.stop_margin())
+            .saturating_sub(crate::lease::state::STOP_ALLOWANCE)
             .saturating_sub(Duration::from_millis(1))
     }
 
@@ -149,15 +152,15 @@ impl LeaseOptions {
         if shutdown <= longest {
             return Ok(());
         }
-        // ttl - ttl/3 - (ttl/100 + 2 ms + the allowance) > shutdown + 1 ms.
-        let fixed = crate::lease::state::STOP_ALLOWANCE + Duration::from_millis(3);
+        // ttl - ttl/3 - (ttl/100 + 2 ms + the allowance twice) > shutdown + 1 ms.
+        let fixed = crate::lease::state::STOP_ALLOWANCE * 2 + Duration::from_millis(3);
         let shortest_ttl = (shutdown + fixed).as_secs_f64() / (1.0 - 1.0 / 3.0 - 0.01);
         Err(Error::invalid(
             "grace",
             format!(
                 "{} does not fit inside a {} lease renewed every {}: the work must be gone \
                  before the store may hand the name on, so grace + margin ({} ms: drift and a \
-                 stop allowance) must stay under ttl - renewal period; use a grace of at most {} \
+                 stop allowance) must stay under ttl - renewal period - 100 ms; use a grace of at most {} \
                  ms, or a ttl of at least {} ms",
                 show(shutdown),
                 show(self.ttl),
@@ -432,7 +435,7 @@ mod tests {
             "{why}"
         );
         // A TTL too short for any grace: the work is killed at its stop instant.
-        let tiny = LeaseOptions::with_ttl(ms(150)).unwrap();
+        let tiny = LeaseOptions::with_ttl(ms(300)).unwrap();
         assert_eq!(tiny.default_shutdown(), Duration::ZERO);
     }
 

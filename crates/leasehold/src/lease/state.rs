@@ -149,6 +149,24 @@ impl LeaseState {
         self.deadline.lock().expect("deadline lock").0
     }
 
+    /// When the renewal that should move the deadline next is overdue: due (the first renewal,
+    /// or a renewal period after the send of the last one the store accepted) plus
+    /// [`STOP_ALLOWANCE`] for its answer; `None` without renewal.
+    pub(crate) fn renewal_overdue_at(&self) -> Option<Instant> {
+        let every = self.opts.renew_every?;
+        let last_sent = self.deadline.lock().expect("deadline lock").1;
+        let due = match self.first_renewal {
+            Some(first) if last_sent == self.acquired_at => first,
+            _ => last_sent + every,
+        };
+        Some(due + STOP_ALLOWANCE)
+    }
+
+    /// Whether the last renewal failed (no answer in time, or refused).
+    pub(crate) fn renewals_failing(&self) -> bool {
+        self.failing.load(Ordering::Acquire)
+    }
+
     /// The instant by which everything done under the lease must have stopped: the validity
     /// deadline less [`STOP_ALLOWANCE`].
     pub(crate) fn stop_by(&self) -> Instant {

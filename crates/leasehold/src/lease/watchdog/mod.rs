@@ -47,6 +47,11 @@ struct Parked {
 struct Shared {
     parked: Mutex<Parked>,
     wake: Notify,
+    /// Background clean-ups (releases of dropped leases, abandons of cancelled acquires) not
+    /// finished yet, for [`Keeper::settle`].
+    cleanups: std::sync::atomic::AtomicUsize,
+    /// Notified each time `cleanups` drops to zero.
+    settled: Notify,
 }
 
 impl Shared {
@@ -92,6 +97,29 @@ impl Keeper {
         self.store.clone()
     }
 
+    /// Counts a background clean-up until the returned guard is dropped.
+    pub(crate) fn cleanup(&self) -> Cleanup {
+        self.shared
+            .cleanups
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Cleanup(self.shared.clone())
+    }
+
+    /// Waits until no background clean-up is in flight, at most `within`; whether none is.
+    pub(crate) async fn settle(&self, within: Duration) -> bool {
+        use std::sync::atomic::Ordering;
+        let until = Instant::now() + within;
+        loop {
+            let settled = self.shared.settled.notified();
+            if self.shared.cleanups.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(until, settled).await.is_err() {
+                return self.shared.cleanups.load(Ordering::Acquire) == 0;
+            }
+        }
+    }
+
     /// Starts renewing `state`: parks it, and wakes the task only if the lease's first event comes
     /// before the task's next look.
     pub(crate) fn watch(&self, state: Arc<LeaseState>) {
@@ -120,7 +148,28 @@ impl Keeper {
     /// Releases `state` from the task (Drop does no I/O in place).
     pub(crate) fn release_in_background(&self, state: Arc<LeaseState>) {
         self.forget(state.id);
-        let _ = self.releases.send(state);
+        // Counted until the task's release of it is done (the guard travels with the lease).
+        std::mem::forget(self.cleanup());
+        if self.releases.send(state).is_err() {
+            done_cleanups(&self.shared, 1);
+        }
+    }
+}
+
+/// One background clean-up in flight (see [`Keeper::cleanup`]).
+#[derive(Debug)]
+pub(crate) struct Cleanup(Arc<Shared>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        done_cleanups(&self.0, 1);
+    }
+}
+
+fn done_cleanups(shared: &Shared, n: usize) {
+    use std::sync::atomic::Ordering;
+    if n > 0 && shared.cleanups.fetch_sub(n, Ordering::AcqRel) == n {
+        shared.settled.notify_waiters();
     }
 }
 
@@ -224,9 +273,11 @@ async fn run(
         // What `due` changed (renewals in flight, losses fired) moves the next wake.
         take_parked(&shared, &mut schedule, idle);
         if !releases.is_empty() {
-            let store = store.clone();
+            let (store, shared) = (store.clone(), shared.clone());
             tokio::spawn(async move {
+                let n = releases.len();
                 release_in_background(&*store, releases, response_timeout).await;
+                done_cleanups(&shared, n);
             });
         }
     }

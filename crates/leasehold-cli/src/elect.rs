@@ -6,11 +6,14 @@
 //! command when the leadership is lost, and when it ends the leadership is resigned at once, so the
 //! next candidate leads within a round trip. With `--again` the candidate then queues again, until a
 //! signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) ends it: the signal goes to the command, the leadership
-//! is resigned as soon as the command is gone, and `elect` exits without campaigning again.
+//! is resigned as soon as the command is gone, and `elect` exits without campaigning again. When
+//! renewals fail it is stopped as `run` stops a command (before the store may hand the leadership
+//! on). With `--again`, a failed campaign (an outage, a grant that came too late) sends it back to
+//! standby, and `--on-lead`/`--on-lose` run hooks as the leadership comes and goes.
 //!
-//! Limit: as `run`'s: a deposed leader's command runs on until it is stopped (the drift allowance
-//! plus --grace, longer if `elect` itself is paused); only writes fenced with LEASEHOLD_TERM are
-//! refused at once. `leader` is a snapshot for operators and health checks, never a basis for
+//! Limit: as `run`'s: if `elect` itself is paused past the stop instant, a deposed leader's command
+//! runs on beside the next; only writes fenced with LEASEHOLD_TERM are refused at once. `leader` is
+//! a snapshot for operators and health checks, never a basis for
 //! deciding who may write.
 
 use std::time::Duration;

@@ -1,23 +1,26 @@
 //! `leasehold run NAME -- COMMAND`: the command runs only while this process holds the lease, and is
 //! stopped when the lease is lost or when this process dies.
 //!
-//! Promise: the command is started only after the lease was acquired; when the lease is lost (renewal
-//! failed until the deadline, `--max-hold` reached, or an operator's forced release) the command (its
-//! whole process group when stdin is not a terminal, and every process descended from it) gets
-//! SIGTERM at once and SIGKILL after `--grace`, and `run` exits 76. A lease that becomes suspect
-//! (at risk before its deadline: renewals failing, or the store's clock running fast) is said once on
-//! stderr (`--on-suspect warn`, the default) or stops the command the same way, exit 76 too
-//! (`--on-suspect stop`). The command's parent is a small
-//! watcher process ([`crate::watcher`]): if `run` itself dies, SIGKILL and OOM killer included, the
-//! watcher stops the command the same way at once, and nothing renews the lease, which lapses within
-//! its TTL. When the command exits, whatever it left running is stopped the same way before the lease
-//! is released.
+//! Promise: the command is started only after the lease was acquired (and, for a lease handed
+//! over with a short first TTL, renewed once). It is stopped before anyone else can hold the name:
+//! when renewals fail, the command (its whole process group when stdin is not a terminal, and every
+//! process descended from it) gets SIGTERM `--grace` before [`leasehold::Lease::stop_by`] (the
+//! holder's conservative estimate of the store's earliest hand-over, less the drift allowance and
+//! 100 ms) and SIGKILL at that instant, and `run` exits 76; `--grace` must fit inside the lease
+//! ([`leasehold::LeaseOptions::check_shutdown`], else exit 2). A lease lost otherwise (`--max-hold`
+//! reached, an operator's forced release) stops the command at once the same way, SIGKILL at the
+//! earlier of `--grace` and the stop instant. A lease that becomes suspect (at risk: renewals
+//! failing, or the store's clock running fast) is said once on stderr (`--on-suspect warn`, the
+//! default) or stops the command the same way, exit 76 too (`--on-suspect stop`). The command's
+//! parent is a small watcher process ([`crate::watcher`]): if `run` itself dies, SIGKILL and OOM
+//! killer included, the watcher stops the command at once, and nothing renews the lease, which
+//! lapses within its TTL. When the command exits, whatever it left running is stopped the same way
+//! before the lease is released.
 //!
-//! Limit: between the moment the lease is really gone and the moment the command dies, it still runs
-//! (up to the lease's drift allowance plus the grace period, longer if this process itself is paused:
-//! a paused `run` is alive, so its watcher waits). Work that must not overlap has to present
-//! `LEASEHOLD_FENCE` to a fenced resource. A `kill -9` aimed at both `run` and its watcher leaves the
-//! command running.
+//! Limit: the stop is ordered by this process: if `run` itself is paused past the stop instant, a
+//! paused `run` is alive, so its watcher waits, and the command runs on beside the next holder.
+//! Work that must not overlap has to present `LEASEHOLD_FENCE` to a fenced resource. A `kill -9`
+//! aimed at both `run` and its watcher leaves the command running.
 
 use std::time::Duration;
 

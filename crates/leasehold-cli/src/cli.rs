@@ -319,6 +319,13 @@ pub(crate) struct RunArgs {
     pub(crate) wait: Duration,
     #[command(flatten)]
     pub(crate) supervise: SuperviseArgs,
+    /// Who holds it, shown by `status` and `list` (default: host:pid)
+    ///
+    /// Who holds the lease, written beside it once acquired and shown by `status` and `list` with
+    /// the time since it holds; at most 128 bytes, no control characters, nothing secret. Default:
+    /// the host name and this process's id. Not written for a semaphore's permits.
+    #[arg(long, value_name = "LABEL")]
+    pub(crate) holder: Option<String>,
     /// Hard cap on how long the command may hold the lease
     ///
     /// Hard cap on how long the command may hold the lease (default: none).

@@ -41,6 +41,7 @@ fn as_run_args(a: &ElectArgs) -> RunArgs {
         max_attempts: 1,
         done_exit_code: 0,
         supervise: a.supervise.clone(),
+        holder: None,
         permits: 1,
         verbose: a.verbose,
         name: a.name.clone(),

@@ -82,6 +82,17 @@ fn json(info: &LeaseInfo, client: &LeaseClient) -> serde_json::Value {
     v
 }
 
+/// ` (for 3m12s)`: how long ago `unix_ms` was, by this machine's clock.
+fn since(unix_ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    now.checked_sub(unix_ms)
+        .map(|ago| format!(" (for {})", show(std::time::Duration::from_millis(ago))))
+        .unwrap_or_default()
+}
+
 fn left(ttl_ms: Option<u64>) -> String {
     ttl_ms
         .map(|ms| format!("{} left", show(std::time::Duration::from_millis(ms))))
@@ -118,11 +129,15 @@ fn human(info: &LeaseInfo) -> String {
         return out;
     }
     if info.held {
-        let holder = info
+        let token = info
             .holders
             .first()
-            .map(|h| format!(", holder {}", h.token))
+            .map(|h| format!(", token {}", h.token))
             .unwrap_or_default();
+        let holder = match &info.holder {
+            Some(h) => format!(", holder {}{}{token}", h.label, since(h.since_unix_ms)),
+            None => token,
+        };
         format!(
             "{}: held, {}, fence {fence}{holder}{waiting}, key {}",
             info.name,

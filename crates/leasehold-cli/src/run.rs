@@ -37,6 +37,13 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
     if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
+    let holder = args
+        .holder
+        .clone()
+        .unwrap_or_else(leasehold::lease::holder::default_label);
+    if let Err(e) = leasehold::lease::holder::check_label(&holder) {
+        return crate::inspect::fail(&e);
+    }
     let (opts, mut signals) = match prepare(&mut args) {
         Ok(ready) => ready,
         Err(code) => return code,
@@ -86,6 +93,16 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
             lease.fence(),
             show(args.supervise.ttl)
         );
+    }
+    if args.permits == 1 {
+        // Who holds it, for `status` and `list`: one round trip; a failure costs only the label.
+        if let Err(e) = lease.announce(&holder).await {
+            eprintln!(
+                "leasehold: warning: could not write the holder label of `{}`: {}; the command runs on",
+                args.name,
+                exit::describe(&e)
+            );
+        }
     }
     if let Some(h) = &health {
         h.holding(Some((lease.health(), lease.fence())));

@@ -48,7 +48,7 @@
 //! # }
 //! ```
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
@@ -108,9 +108,7 @@ struct Record {
     tag: String,
 }
 
-/// How much of a token the record keeps: enough to tell holders apart, far from enough to act as
-/// one.
-const TAG_LEN: usize = 12;
+use crate::lease::holder::{unix_ms, TAG_LEN};
 
 impl Record {
     fn encode(&self) -> Vec<u8> {
@@ -133,24 +131,11 @@ impl Record {
     }
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 /// This process's default holder identity: `host:pid:random`.
 pub fn default_holder() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".to_owned());
     format!(
-        "{host}:{}:{:08x}",
-        std::process::id(),
+        "{}:{:08x}",
+        crate::lease::holder::default_label(),
         rand::random::<u32>()
     )
 }
@@ -304,7 +289,7 @@ impl Election {
 ///
 /// Cancel safe: it only reads.
 pub async fn leader_of(client: &LeaseClient, name: &str) -> Result<Option<Leader>> {
-    let info = client.inspect(name).await?;
+    let info = client.inspect_store(name).await?;
     if !info.held {
         return Ok(None);
     }

@@ -797,11 +797,29 @@ impl LeaseClient {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self, name: &str) -> Result<LeaseInfo> {
+        let mut info = self.inspect_store(name).await?;
+        self.fill_holder(&mut info).await;
+        Ok(info)
+    }
+
+    /// The store's own answer for `name`, without the holder's label (one request).
+    pub(crate) async fn inspect_store(&self, name: &str) -> Result<LeaseInfo> {
         self.store().check_name(name)?;
         let mut infos = self.store().inspect(&[name]).await?;
         infos.pop().ok_or_else(|| {
             Error::invalid("inspect", "the store answered nothing for the name; retry")
         })
+    }
+
+    /// Reads the holder's announced label into `info` (a held lock on a store that keeps notes;
+    /// a failed read leaves it out: the rest of the answer stands).
+    async fn fill_holder(&self, info: &mut LeaseInfo) {
+        if !info.held || info.permits > 1 || info.problem.is_some() {
+            return;
+        }
+        if let Ok(note) = self.store().read_note(&info.name).await {
+            crate::lease::holder::fill(info, note.as_deref());
+        }
     }
 
     /// The note last written beside `name` by a holder ([`Lease::write_note`]), whoever wrote it and
@@ -832,7 +850,11 @@ impl LeaseClient {
     /// Cancel safe: it only reads.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
         crate::lease::names::check_pattern(pattern)?;
-        self.store().list(pattern).await
+        let mut infos = self.store().list(pattern).await?;
+        for info in &mut infos {
+            self.fill_holder(info).await;
+        }
+        Ok(infos)
     }
 
     /// Operator's override, unsafe for the evicted holder by design: frees the lease whoever holds it

@@ -257,6 +257,27 @@ impl Lease {
         }
     }
 
+    /// Announces who holds it: writes `label` (a host and pid, a pod name), the time now and the
+    /// fence beside the lease ([`write_note`](Self::write_note)), for
+    /// [`LeaseClient::inspect`](crate::LeaseClient::inspect) and `leasehold status` to show. One
+    /// round trip. It replaces the name's note (an election writes its own record instead).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`](crate::Error::Invalid) for a label over
+    /// [`MAX_HOLDER_LABEL`](crate::lease::holder::MAX_HOLDER_LABEL) bytes or with control
+    /// characters (nothing sent), a semaphore's permit or a store that keeps no notes; as
+    /// [`write_note`](Self::write_note) otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`write_note`](Self::write_note).
+    pub async fn announce(&self, label: &str) -> Result<()> {
+        crate::lease::holder::check_label(label)?;
+        let note = crate::lease::holder::encode(label, self.fence(), self.token());
+        self.write_note(&note).await
+    }
+
     /// Releases: frees the lease only if the store still holds our token, then wakes a waiter.
     ///
     /// # Errors

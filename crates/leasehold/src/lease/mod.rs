@@ -67,6 +67,7 @@
 pub mod client;
 mod clock;
 pub mod guard;
+pub mod holder;
 pub mod metrics;
 pub(crate) mod names;
 pub mod options;

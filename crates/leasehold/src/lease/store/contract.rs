@@ -96,6 +96,11 @@ pub struct LeaseInfo {
     /// did not write (another type, or a fence that is not a number), with how to repair it. The
     /// other fields then say nothing. `None` for a healthy name.
     pub problem: Option<String>,
+    /// Who holds it, as the holder announced it ([`Lease::announce`](crate::Lease::announce), or an
+    /// election's leader record), filled in by [`LeaseClient::inspect`](crate::LeaseClient::inspect)
+    /// and [`LeaseClient::list`](crate::LeaseClient::list); `None` when nobody announced (a store's
+    /// own answer never has it).
+    pub holder: Option<crate::lease::holder::HolderLabel>,
 }
 
 impl LeaseInfo {
@@ -111,6 +116,7 @@ impl LeaseInfo {
             holders: Vec::new(),
             waiting: 0,
             problem: None,
+            holder: None,
         }
     }
 

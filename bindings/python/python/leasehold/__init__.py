@@ -28,7 +28,7 @@ import json
 import threading
 import time
 import weakref
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Union, cast
 
 from . import _leasehold
 from ._leasehold import (
@@ -81,7 +81,7 @@ class LostEvent(threading.Event):
     Releasing the lease does not set it. It is set by the core at the holder's deadline on its own clock,
     even when the store does not answer; it cannot be set while the process is paused."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: Union[_leasehold.Lease, _leasehold.Leadership]) -> None:
         super().__init__()
         # Not the native lease itself: the core's task holds this event until the lease is lost,
         # and must not keep the lease alive (a dropped lease is released in the background).
@@ -132,7 +132,7 @@ class Lease:
     block raises :class:`Lost` (the block's work did not run under the lease to its end), unless the
     block is already raising an exception of its own, which is not masked."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _leasehold.Lease) -> None:
         self._native = native
         self._lost: Optional[LostEvent] = None
         _live.add(self)
@@ -238,7 +238,7 @@ class LeaseClient:
     and renews them all in one task (10,000 leases are one batch per renewal period, not 10,000
     threads)."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _leasehold.Client) -> None:
         self._native = native
 
     @classmethod
@@ -307,11 +307,11 @@ class LeaseClient:
     def status(self, name: str) -> Dict[str, Any]:
         """The state of ``name`` without touching it (``leasehold status --json``): ``held``,
         ``ttl_ms``, ``fence`` (the last issued), ``permits``, ``holders``, ``waiting``, ``problem``."""
-        return json.loads(self._native.status_json(name))
+        return cast(Dict[str, Any], json.loads(self._native.status_json(name)))
 
     def list(self, pattern: str = "*") -> List[Dict[str, Any]]:
         """The names under this client's prefix matching the glob ``pattern``, as :meth:`status`."""
-        return json.loads(self._native.list_json(pattern))
+        return cast(List[Dict[str, Any]], json.loads(self._native.list_json(pattern)))
 
     def force_release(self, name: str) -> Dict[str, Any]:
         """Operator's override, unsafe for the evicted holder by design: frees ``name`` whoever
@@ -340,7 +340,7 @@ class LeaseClient:
         more)."""
         kind, value = self._native.claim_slot(job, every, ttl, max_attempts, holder, offset)
         if kind == "run":
-            return SlotClaim(kind, SlotRun(value), None)
+            return SlotClaim(kind, SlotRun(cast(_leasehold.SlotRun, value)), None)
         return SlotClaim(kind, None, json.loads(value) if value else None)
 
 
@@ -348,7 +348,7 @@ class Leadership:
     """A won election. ``term`` is a fence (pass it to the resource like a lease's); ``lost`` is a
     :class:`LostEvent`. Leaving the ``with`` block resigns."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _leasehold.Leadership) -> None:
         self._native = native
         self._lost: Optional[LostEvent] = None
         _live.add(self)
@@ -408,7 +408,7 @@ class Election:
 
     def leader(self) -> Optional[Dict[str, Any]]:
         """The current leader's record (``term``, ``value``, ``holder``, ...) or ``None``."""
-        return json.loads(self._client._native.leader_json(self.name))
+        return cast(Optional[Dict[str, Any]], json.loads(self._client._native.leader_json(self.name)))
 
     def observe(self, *, every: float = 0.25, timeout: Optional[float] = None) -> Iterator[Optional[Dict[str, Any]]]:
         """Yields the leader's record each time it changes (first the current one), reading every
@@ -428,7 +428,7 @@ class Election:
 class SlotRun:
     """A claimed slot: run the job, then :meth:`finish` (done for exit code 0, failed otherwise)."""
 
-    def __init__(self, native: Any) -> None:
+    def __init__(self, native: _leasehold.SlotRun) -> None:
         self._native = native
         _live.add(self)
 
@@ -442,12 +442,12 @@ class SlotRun:
 
     @property
     def record(self) -> Dict[str, Any]:
-        return json.loads(self._native.record_json)
+        return cast(Dict[str, Any], json.loads(self._native.record_json))
 
     def finish(self, exit_code: Optional[int] = 0, *, lost: bool = False) -> Dict[str, Any]:
         """Records the outcome and releases the slot's lease; returns the final record."""
         _live.discard(self)
-        return json.loads(self._native.finish_json(exit_code, lost))
+        return cast(Dict[str, Any], json.loads(self._native.finish_json(exit_code, lost)))
 
     def _release_quietly(self) -> None:
         try:

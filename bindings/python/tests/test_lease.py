@@ -146,3 +146,36 @@ def test_lost_on_a_black_holed_connection(redis_proxy, prefix: str) -> None:
     wait_until(lambda: not direct.status("partition")["held"], 5, "the TTL lapsed in Redis")
     with direct.lease("partition", ttl=5) as successor:
         assert successor.fence > lease.fence
+
+
+def test_ctrl_c_while_waiting_leaves_the_queue(client: leasehold.LeaseClient, prefix: str) -> None:
+    import os
+    import signal
+
+    from conftest import python_child
+
+    holder = client.acquire("interrupted", ttl=10)
+    child = python_child(
+        "import sys, leasehold\n"
+        "c = leasehold.LeaseClient.connect(sys.argv[1], key_prefix=sys.argv[2])\n"
+        "print('waiting', flush=True)\n"
+        "try:\n"
+        "    c.acquire('interrupted', ttl=10, wait=60)\n"
+        "    print('acquired', flush=True)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "import time; time.sleep(1.5)\n",  # still alive: what it left is not cleaned up by its exit
+        REDIS_URL,
+        prefix,
+    )
+    assert child.stdout.readline().strip() == "waiting"
+    wait_until(lambda: client.status("interrupted")["waiting"] == 1, 10, "the child queued")
+    started = time.monotonic()
+    os.kill(child.pid, signal.SIGINT)
+    assert child.stdout.readline().strip() == "interrupted"
+    assert time.monotonic() - started < 2, "Ctrl-C is seen within the 100 ms polling, not after the wait"
+    wait_until(lambda: client.status("interrupted")["waiting"] == 0, 5, "the interrupted waiter left the queue")
+    holder.release()
+    # Not handed to the interrupted waiter: free for the next caller at once.
+    assert not client.status("interrupted")["held"]
+    child.wait(10)

@@ -9,6 +9,9 @@ import pytest
 
 import leasehold
 
+# Slots a week long: the tests never straddle a slot boundary in practice.
+WEEK = 7 * 24 * 3600.0
+
 
 def test_campaign_leader_proclaim_resign_and_a_higher_term(client: leasehold.LeaseClient) -> None:
     election = client.election("primary", ttl=5, holder="node-a")
@@ -59,14 +62,14 @@ def test_a_standby_takes_over_on_resign_and_observe_sees_it(client: leasehold.Le
 
 
 def test_a_slot_runs_once_and_records_its_outcome(client: leasehold.LeaseClient) -> None:
-    claim = client.once_per("report", every=3600, ttl=10)
+    claim = client.once_per("report", every=WEEK, ttl=10)
     assert claim.kind == "run" and claim.run is not None
     assert claim.run.record["outcome"] == "running"
     # Another replica in the same slot while it runs: busy.
-    assert client.once_per("report", every=3600, ttl=10).kind == "busy"
+    assert client.once_per("report", every=WEEK, ttl=10).kind == "busy"
     final = claim.run.finish(0)
     assert final["outcome"] == "done" and final["exit_code"] == 0
-    again = client.once_per("report", every=3600, ttl=10)
+    again = client.once_per("report", every=WEEK, ttl=10)
     assert again.kind == "done" and again.record["fence"] == claim.run.fence
     with pytest.raises(leasehold.BadInput):
         claim.run.finish(0)
@@ -74,8 +77,8 @@ def test_a_slot_runs_once_and_records_its_outcome(client: leasehold.LeaseClient)
 
 def test_failed_slots_are_retried_up_to_max_attempts(client: leasehold.LeaseClient) -> None:
     for attempt in (1, 2):
-        claim = client.once_per("flaky", every=3600, ttl=10, max_attempts=2)
+        claim = client.once_per("flaky", every=WEEK, ttl=10, max_attempts=2)
         assert claim.kind == "run" and claim.run.record["attempts"] == attempt
         assert claim.run.finish(1)["outcome"] == "failed"
-    last = client.once_per("flaky", every=3600, ttl=10, max_attempts=2)
+    last = client.once_per("flaky", every=WEEK, ttl=10, max_attempts=2)
     assert last.kind == "exhausted" and last.record["attempts"] == 2

@@ -75,6 +75,21 @@ def pg_database(leasehold_bin: str) -> Iterator[str]:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.fixture
+def mysql_database(leasehold_bin: str) -> Iterator[str]:
+    name = f"lh_py_{uuid.uuid4().hex[:12]}"
+    creds = ["-h", "127.0.0.1", "-P", "3306", "-uleasehold", "-pleasehold"]
+    subprocess.run(["mariadb", *creds, "-e", f"CREATE DATABASE {name}"], check=True)
+    url = pg_dsn(MYSQL_URL, name)
+    try:
+        out = subprocess.run([leasehold_bin, "migrate", "--store", url], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        yield name
+    finally:
+        subprocess.run(["mariadb", *creds, "-e", f"DROP DATABASE IF EXISTS {name}"], check=True)
+
+
+
 class BlackHoleProxy:
     """A TCP proxy on 127.0.0.1 in front of `target`; `black_hole()` keeps every connection open
     but stops passing bytes either way (a network partition as a client sees one)."""

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
-from typing import Iterator
 
 import psycopg
 import pytest
@@ -79,20 +77,6 @@ def test_sqlalchemy(pg_database: str) -> None:
     with engine.connect() as conn:
         assert conn.execute(text("SELECT balance FROM ledger")).scalar() == 9
     engine.dispose()
-
-
-@pytest.fixture
-def mysql_database(leasehold_bin: str) -> Iterator[str]:
-    name = f"lh_py_{uuid.uuid4().hex[:12]}"
-    creds = ["-h", "127.0.0.1", "-P", "3306", "-uleasehold", "-pleasehold"]
-    subprocess.run(["mariadb", *creds, "-e", f"CREATE DATABASE {name}"], check=True)
-    url = pg_dsn(MYSQL_URL, name)
-    try:
-        out = subprocess.run([leasehold_bin, "migrate", "--store", url], capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        yield name
-    finally:
-        subprocess.run(["mariadb", *creds, "-e", f"DROP DATABASE IF EXISTS {name}"], check=True)
 
 
 MARIADB_JOB = """mariadb -h 127.0.0.1 -P 3306 -uleasehold -pleasehold "$DB" -e "

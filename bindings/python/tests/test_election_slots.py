@@ -82,3 +82,11 @@ def test_failed_slots_are_retried_up_to_max_attempts(client: leasehold.LeaseClie
         assert claim.run.finish(1)["outcome"] == "failed"
     last = client.once_per("flaky", every=WEEK, ttl=10, max_attempts=2)
     assert last.kind == "exhausted" and last.record["attempts"] == 2
+
+
+def test_a_deposed_leader_is_told(client: leasehold.LeaseClient) -> None:
+    leadership = client.election("deposed", ttl=5).campaign("me")
+    client.force_release("deposed")
+    assert leadership.lost.wait(7), "the leader learns it at its next renewal"
+    with pytest.raises(leasehold.LeaseholdError):
+        leadership.proclaim("still me")

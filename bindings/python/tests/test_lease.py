@@ -179,3 +179,13 @@ def test_ctrl_c_while_waiting_leaves_the_queue(client: leasehold.LeaseClient, pr
     # Not handed to the interrupted waiter: free for the next caller at once.
     assert not client.status("interrupted")["held"]
     child.wait(10)
+
+
+def test_max_hold_ends_the_lease(client: leasehold.LeaseClient) -> None:
+    lease = client.acquire("bounded", ttl=5, max_hold=1.0)
+    started = time.monotonic()
+    assert lease.lost.wait(4), "the maximum hold ends the lease"
+    # At the bound, not at the TTL: generous margins for a loaded machine.
+    assert 0.8 <= time.monotonic() - started <= 3.5
+    with pytest.raises(leasehold.Lost):
+        lease.release()

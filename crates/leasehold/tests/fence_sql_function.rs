@@ -258,3 +258,35 @@ async fn bad_arguments_are_refused_naming_what_was_wrong() {
         t.cleanup().await;
     }
 }
+
+/// The migration that installs the function, run twice more by hand (as a migration cut short is run
+/// again whole on MariaDB): the function is still there, once, with the same rule and the same record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installing_the_function_twice_has_the_effect_of_installing_it_once() {
+    for t in backends_with_the_function().await {
+        let db = &t.db;
+        let be = t.backend();
+        let mut tx = db.begin().await.unwrap();
+        sql_fence(&mut tx, "r", 5).await.unwrap();
+        tx.commit().await.unwrap();
+        let script: &'static str = match be {
+            Backend::MySql => include_str!("../migrations/mysql/20261204000001_fence_function.sql"),
+            _ => include_str!("../migrations/postgres/20261204000001_fence_function.sql"),
+        };
+        for _ in 0..2 {
+            let mut tx = db.begin().await.unwrap();
+            leasehold::with_conn!(tx, |c| sqlx::raw_sql(script).execute(c).await.map(|_| ()))
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        let mut tx = db.begin().await.unwrap();
+        let (code, _) = sqlstate(&sql_fence(&mut tx, "r", 4).await.unwrap_err());
+        assert_eq!(code, "LHF01", "{be:?}: the rule and the record survived");
+        drop(tx);
+        let mut tx = db.begin().await.unwrap();
+        sql_fence(&mut tx, "r", 6).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(fence::current(db, "r").await.unwrap(), Some(Fence::new(6)));
+        t.cleanup().await;
+    }
+}

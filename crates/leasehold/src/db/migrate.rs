@@ -58,6 +58,11 @@ pub(super) static POSTGRES: LazyLock<Migrator> = LazyLock::new(|| {
             "lease notes",
             "../../migrations/postgres/20260101000004_lease_notes.sql"
         ),
+        migration!(
+            20261204000001,
+            "fence function",
+            "../../migrations/postgres/20261204000001_fence_function.sql"
+        ),
     ])
 });
 #[cfg(feature = "sqlite")]
@@ -92,6 +97,11 @@ pub(super) static MYSQL: LazyLock<Migrator> = LazyLock::new(|| {
             20260101000004,
             "lease notes",
             "../../migrations/mysql/20260101000004_lease_notes.sql"
+        ),
+        migration!(
+            20261204000001,
+            "fence function",
+            "../../migrations/mysql/20261204000001_fence_function.sql"
         ),
     ])
 });

@@ -43,6 +43,12 @@
 //! To fence a transaction that also records an idempotency key or an inbox message, call [`check`] on
 //! a [`Tx`](crate::db::Tx) you began yourself.
 //!
+//! Writers outside Rust check the same record with one statement in their own transaction, installed
+//! by the migrations on PostgreSQL (`SELECT leasehold_fence(resource, fence)`) and MariaDB/MySQL
+//! (`CALL leasehold_fence(resource, fence)`): the same rule, refusing with SQLSTATE `LHF01` naming
+//! both fences (`docs/fencing-sql.md`; SQLite has no stored routines, its other writers run the upsert
+//! themselves). `tests/fence_sql_function.rs` mixes both kinds of writer on one resource.
+//!
 //! # Redis (feature `redis`)
 //!
 //! [`redis_fenced_set`] sets a value kept in Redis only if the presented fence is not older than the

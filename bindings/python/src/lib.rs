@@ -461,6 +461,18 @@ impl Lease {
         let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         guard.as_ref().map_or(0.0, |l| l.remaining().as_secs_f64())
     }
+    /// Seconds left before the instant the holder's work must be gone (`Lease::stop_by`: the
+    /// store's earliest hand-over by the holder's estimate, less the drift allowance and 100 ms); 0
+    /// once released or lost.
+    #[getter]
+    fn stop_in(&self) -> f64 {
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().filter(|l| !l.is_lost()).map_or(0.0, |l| {
+            l.stop_by()
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_secs_f64()
+        })
+    }
     /// Whether `release` has been called.
     #[getter]
     fn released(&self) -> bool {

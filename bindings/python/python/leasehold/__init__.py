@@ -162,8 +162,11 @@ class Lease:
 
     @property
     def stop_by(self) -> float:
-        """The holder's deadline as a ``time.monotonic()`` value."""
-        return time.monotonic() + self._native.remaining
+        """The ``time.monotonic()`` instant by which the work must be gone: the store's earliest
+        hand-over by the holder's estimate, less the drift allowance and 100 ms (the Rust core's
+        ``Lease::stop_by``). Work that takes ``s`` seconds to stop starts stopping at
+        ``stop_by - s``; a renewal moves it on."""
+        return time.monotonic() + self._native.stop_in
 
     def release(self) -> None:
         """Releases the lease (one round trip; a second call does nothing). Raises :class:`Lost`

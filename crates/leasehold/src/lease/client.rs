@@ -134,7 +134,7 @@ impl LeaseClientBuilder {
     /// name, or a URL of the wrong topology for the server it reaches (`redis://` at a cluster
     /// node, `redis-cluster://` at a single server, a sentinel given as a data node or the
     /// reverse); [`Error::Store`] or [`Error::Timeout`] with
-    /// [`Phase::Connect`](crate::Phase::Connect) for a store that cannot be reached or refuses the
+    /// [`Phase::Connect`] for a store that cannot be reached or refuses the
     /// credentials (it is asked once; every member of an etcd cluster); for a Redlock,
     /// [`Error::Invalid`] also for a replica or two URLs naming one server, and
     /// [`Error::NoQuorum`] when fewer than a majority of the masters answer.

@@ -1,6 +1,6 @@
-//! Who holds a lease: a label the holder announces beside it ([`Lease::announce`]), the time since
-//! it holds and its fence, which [`LeaseClient::inspect`] and [`LeaseClient::list`] report in
-//! [`LeaseInfo::holder`].
+//! Who holds a lease: a label the holder announces beside it ([`Lease::announce`](crate::Lease::announce)),
+//! the time since it holds and its fence, which [`LeaseClient::inspect`](crate::LeaseClient::inspect)
+//! and [`LeaseClient::list`](crate::LeaseClient::list) report in [`LeaseInfo::holder`].
 //!
 //! Promise: the label is read back only while it belongs to the current holder: the record carries
 //! the first digits of the holder's token and its fence, and is matched to the holder the store

@@ -337,6 +337,15 @@ pub(crate) struct RunArgs {
     /// Shift the slots of --once-per: `--once-per 1d --offset 2h` is daily at 02:00 UTC.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, requires = "once_per")]
     pub(crate) offset: Option<Duration>,
+    /// Latest start of a late firing after its slot's start (--once-per)
+    ///
+    /// Latest start of a late firing after its slot's start (--once-per; default: the period).
+    ///
+    /// A firing more than half a period late (a timer catching up after a reboot) runs its own
+    /// slot, never the next one early, if still within this of its start; past it, the slot is
+    /// recorded missed and nothing runs.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, requires = "once_per")]
+    pub(crate) starting_deadline: Option<Duration>,
     /// Attempts of one slot (--once-per) before it is given up.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub(crate) max_attempts: u32,

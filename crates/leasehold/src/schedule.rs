@@ -550,6 +550,9 @@ pub mod metric_names {
     pub const RUNS_TOTAL: &str = "leasehold_job_runs_total";
     /// Histogram: how long attempts ran, in seconds (label `job`).
     pub const DURATION_SECONDS: &str = "leasehold_job_duration_seconds";
+    /// Gauge: the job's next slot instant, in seconds since the Unix epoch (label `job`), set by
+    /// the [`scheduler`](super::scheduler) as it waits for it.
+    pub const NEXT_RUN: &str = "leasehold_job_next_run_timestamp_seconds";
 }
 
 fn metrics(r: &SlotRecord) {

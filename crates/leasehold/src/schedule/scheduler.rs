@@ -615,6 +615,8 @@ async fn job_loop(inner: Arc<Inner>, job: Job, stop: CancellationToken) {
             tracing::warn!(job = %job.name, "the schedule has no instant after now; the job stops");
             return;
         };
+        metrics::gauge!(super::metric_names::NEXT_RUN, "job" => job.name.clone())
+            .set(slot_ms as f64 / 1000.0);
         let fire = slot_ms + i64::try_from(job.jitter_delay().as_millis()).unwrap_or(0);
         if !sleep_until(&inner.clock, fire, &stop).await {
             return;

@@ -216,7 +216,7 @@ fn three_skewed_daemons_run_each_slot_once_and_never_early_on_redis() {
 #[test]
 fn three_skewed_daemons_run_each_slot_once_and_never_early_on_postgres() {
     let url = leasehold_testkit::postgres_url();
-    let m = leasehold(&[url.clone()], "unused")
+    let m = leasehold(std::slice::from_ref(&url), "unused")
         .args(["migrate", "--store", &url])
         .output()
         .unwrap();
@@ -233,7 +233,7 @@ fn three_skewed_daemons_run_each_slot_once_and_never_early_on_postgres() {
 fn three_skewed_daemons_run_each_slot_once_and_never_early_on_mariadb() {
     let url = std::env::var("LEASEHOLD_TEST_MYSQL_URL")
         .unwrap_or_else(|_| "mysql://leasehold:leasehold@127.0.0.1:3306/test".into());
-    let m = leasehold(&[url.clone()], "unused")
+    let m = leasehold(std::slice::from_ref(&url), "unused")
         .args(["migrate", "--store", &url])
         .output()
         .unwrap();

@@ -541,3 +541,339 @@ fn bad_input_exits_2_naming_the_line_and_field_and_starts_nothing() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn on_etcd_each_daemon_reckons_on_its_own_clock_and_each_slot_runs_once() {
+    let etcd = leasehold_testkit::EtcdCluster::start_single().expect("etcd (etcd-server)");
+    let store = [etcd.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        format!(
+            "[job.tick]\nevery = \"2s\"\nttl = \"3s\"\n{}\n",
+            record_cmd(&out, "true")
+        ),
+    )
+    .unwrap();
+    let p = prefix();
+    let mut ds: Vec<Daemon> = ["a", "b", "c"]
+        .iter()
+        .map(|w| Daemon::start(&store, &p, &jobs, w, 0))
+        .collect();
+    let started = now_ms();
+    std::thread::sleep(Duration::from_secs(9));
+    for d in &mut ds {
+        assert_eq!(d.stop(Duration::from_secs(10)), Some(0), "{}", d.log());
+    }
+    assert!(
+        ds[0].log().contains("this replica's own"),
+        "{}",
+        ds[0].log()
+    );
+    let got: Vec<RunLine> = runs(&out)
+        .into_iter()
+        .filter(|r| r.slot * 1000 > started + 1_500)
+        .collect();
+    let mut per: BTreeMap<u64, usize> = BTreeMap::new();
+    for r in &got {
+        *per.entry(r.slot).or_default() += 1;
+    }
+    assert!(per.len() >= 3, "{got:?}");
+    assert!(per.values().all(|n| *n == 1), "{per:?}");
+}
+
+#[test]
+fn replace_stops_the_previous_run_before_the_next_starts() {
+    let redis = RedisServer::start().unwrap();
+    let store = [redis.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let stopped = dir.path().join("stopped");
+    let jobs = dir.path().join("jobs.toml");
+    // Each run would take 10 s; the next slot (3 s later) replaces it.
+    std::fs::write(
+        &jobs,
+        format!(
+            "[job.long]\nevery = \"3s\"\noverlap = \"replace\"\nttl = \"2s\"\ngrace = \"1s\"\n{}\n",
+            record_cmd(
+                &out,
+                &format!(
+                    "trap 'echo $LEASEHOLD_SLOT $(env -u LD_PRELOAD date +%s%3N) >> {}; exit 143' TERM; sleep 10 & wait",
+                    stopped.display()
+                )
+            )
+        ),
+    )
+    .unwrap();
+    let p = prefix();
+    let mut d = Daemon::start(&store, &p, &jobs, "a", 0);
+    std::thread::sleep(Duration::from_secs(11));
+    assert_eq!(d.stop(Duration::from_secs(20)), Some(0), "{}", d.log());
+    let started = runs(&out);
+    let stops: Vec<(u64, u64)> = std::fs::read_to_string(&stopped)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    assert!(started.len() >= 3, "{started:?}");
+    // Every run but the last was stopped, and before the next slot's run started.
+    for w in started.windows(2) {
+        let (old, new) = (&w[0], &w[1]);
+        let stop = stops
+            .iter()
+            .find(|(s, _)| *s == old.slot)
+            .unwrap_or_else(|| panic!("slot {} not stopped: {stops:?}", old.slot));
+        assert!(
+            stop.1 <= new.real_ms,
+            "slot {} stopped at {} after the next started at {}",
+            old.slot,
+            stop.1,
+            new.real_ms
+        );
+    }
+}
+
+#[test]
+fn trigger_runs_once_now_and_is_recorded_as_such() {
+    let redis = RedisServer::start().unwrap();
+    let store = [redis.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        format!(
+            "[job.yearly]\nschedule = \"@yearly\"\n{}\n",
+            record_cmd(&out, "true")
+        ),
+    )
+    .unwrap();
+    let p = prefix();
+    let o = leasehold(&store, &p)
+        .env("WHO", "operator")
+        .args(["cron", "trigger"])
+        .arg(&jobs)
+        .arg("yearly")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(runs(&out).len(), 1);
+    let h = history(&store, &p, "yearly");
+    assert_eq!(h.len(), 1, "{h:?}");
+    assert_eq!(h[0]["outcome"], "done");
+    assert_eq!(h[0]["reason"], "trigger");
+    let o = leasehold(&store, &p)
+        .args(["cron", "trigger"])
+        .arg(&jobs)
+        .arg("nope")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn sighup_reloads_without_stopping_a_running_job() {
+    let redis = RedisServer::start().unwrap();
+    let store = [redis.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let ended = dir.path().join("ended");
+    let jobs = dir.path().join("jobs.toml");
+    let slow = format!(
+        "[job.slow]\nevery = \"2s\"\n{}\n",
+        record_cmd(
+            &out,
+            &format!("sleep 3; echo $LEASEHOLD_SLOT >> {}", ended.display())
+        )
+    );
+    std::fs::write(&jobs, &slow).unwrap();
+    let p = prefix();
+    let mut d = Daemon::start(&store, &p, &jobs, "a", 0);
+    assert!(
+        cli_support::eventually(Duration::from_secs(6), || !runs(&out).is_empty()),
+        "{}",
+        d.log()
+    );
+    let going = runs(&out)[0].slot;
+    let hup = |d: &Daemon| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(d.pid()),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap()
+    };
+    // A second job, and SIGHUP while `slow` runs.
+    let fast = format!(
+        "\n[job.fast]\nevery = \"1s\"\n{}\n",
+        record_cmd(&out, "true")
+    );
+    std::fs::write(&jobs, format!("{slow}{fast}")).unwrap();
+    hup(&d);
+    assert!(
+        cli_support::eventually(Duration::from_secs(5), || runs(&out)
+            .iter()
+            .any(|r| r.job == "fast")),
+        "{}",
+        d.log()
+    );
+    assert!(
+        cli_support::eventually(Duration::from_secs(5), || std::fs::read_to_string(&ended)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l == going.to_string())),
+        "the run going on at the reload was stopped: {}",
+        d.log()
+    );
+    // A file that does not read is refused on SIGHUP; the jobs go on.
+    std::fs::write(&jobs, "[job.fast]\nevery = \"0\"\n").unwrap();
+    hup(&d);
+    std::thread::sleep(Duration::from_millis(500));
+    let n = runs(&out).iter().filter(|r| r.job == "fast").count();
+    std::thread::sleep(Duration::from_millis(2_200));
+    assert!(
+        runs(&out).iter().filter(|r| r.job == "fast").count() > n,
+        "the old jobs stopped: {}",
+        d.log()
+    );
+    assert!(
+        d.log().contains("keeping the jobs running now"),
+        "{}",
+        d.log()
+    );
+    assert_eq!(d.stop(Duration::from_secs(15)), Some(0), "{}", d.log());
+}
+
+#[test]
+fn sigterm_lets_a_running_job_end_within_its_grace() {
+    let redis = RedisServer::start().unwrap();
+    let store = [redis.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let ended = dir.path().join("ended");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        format!(
+            "[job.slow]\nevery = \"2s\"\ngrace = \"8s\"\n{}\n",
+            record_cmd(
+                &out,
+                &format!("sleep 3; echo $LEASEHOLD_SLOT >> {}", ended.display())
+            )
+        ),
+    )
+    .unwrap();
+    let p = prefix();
+    let port = leasehold_testkit::free_port();
+    let mut c = leasehold(&store, &p);
+    c.env("WHO", "a")
+        .args(["cron", "--health", &format!("127.0.0.1:{port}")])
+        .arg(&jobs)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut d = Daemon {
+        child: c.spawn().unwrap(),
+        log: dir.path().join("none"),
+    };
+    assert!(
+        cli_support::eventually(Duration::from_secs(6), || !runs(&out).is_empty()),
+        "no run"
+    );
+    let get = |path: &str| -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body
+    };
+    assert!(
+        get("/healthz").starts_with("HTTP/1.1 200"),
+        "{}",
+        get("/healthz")
+    );
+    let running_slot = runs(&out)[0].slot;
+    let t0 = Instant::now();
+    assert_eq!(d.stop(Duration::from_secs(20)), Some(0));
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "drained in {:?}",
+        t0.elapsed()
+    );
+    let done: Vec<u64> = std::fs::read_to_string(&ended)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    assert!(
+        done.contains(&running_slot),
+        "the running job finished: {done:?}"
+    );
+    let h = history(&store, &p, "slow");
+    assert!(
+        h.iter()
+            .any(|r| r["slot"]["index"] == running_slot && r["outcome"] == "done"),
+        "{h:?}"
+    );
+}
+
+#[test]
+fn metrics_carry_help_and_type_and_count_runs() {
+    let redis = RedisServer::start().unwrap();
+    let store = [redis.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        format!("[job.m]\nevery = \"1s\"\n{}\n", record_cmd(&out, "true")),
+    )
+    .unwrap();
+    let p = prefix();
+    let port = leasehold_testkit::free_port();
+    let mut c = leasehold(&store, &p);
+    c.env("WHO", "a")
+        .args(["cron", "--health", &format!("127.0.0.1:{port}")])
+        .arg(&jobs)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut d = Daemon {
+        child: c.spawn().unwrap(),
+        log: dir.path().join("none"),
+    };
+    assert!(cli_support::eventually(Duration::from_secs(6), || runs(
+        &out
+    )
+    .len()
+        >= 2));
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    for want in [
+        "# TYPE leasehold_job_runs_total counter",
+        "# HELP leasehold_job_runs_total",
+        "leasehold_job_runs_total{job=\"m\",outcome=\"done\"}",
+        "# TYPE leasehold_job_next_run_timestamp_seconds gauge",
+        "leasehold_job_duration_seconds",
+        "leasehold_job_last_success_timestamp_seconds{job=\"m\"}",
+    ] {
+        assert!(body.contains(want), "no {want:?} in {body}");
+    }
+    assert_eq!(d.stop(Duration::from_secs(10)), Some(0));
+}

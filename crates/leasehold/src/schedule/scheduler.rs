@@ -1,5 +1,5 @@
 //! The scheduler every replica runs: it fires each job at its slots' instants, reckoned on the
-//! store's clock, and runs each slot on one replica (a [`claim`](super::claim) per slot), with the
+//! store's clock, and runs each slot on one replica (a [`claim`] per slot), with the
 //! policies a team moving its cron jobs onto several replicas expects. It runs on the caller's tokio
 //! runtime; what a run does is the caller's [`Runner`].
 //!

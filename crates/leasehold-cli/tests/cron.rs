@@ -877,3 +877,39 @@ fn metrics_carry_help_and_type_and_count_runs() {
     }
     assert_eq!(d.stop(Duration::from_secs(10)), Some(0));
 }
+
+#[test]
+fn a_store_down_at_start_is_retried_and_the_slot_runs_once_it_is_up() {
+    let port = leasehold_testkit::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let store = [url];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let jobs = dir.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        format!("[job.j]\nevery = \"1s\"\n{}\n", record_cmd(&out, "true")),
+    )
+    .unwrap();
+    let p = prefix();
+    let mut d = Daemon::start(&store, &p, &jobs, "a", 0);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        d.child.try_wait().unwrap().is_none(),
+        "gave up: {}",
+        d.log()
+    );
+    assert!(d.log().contains("retrying in"), "{}", d.log());
+    let _redis = RedisServer::builder().port(port).start().unwrap();
+    assert!(
+        cli_support::eventually(Duration::from_secs(15), || runs(&out).len() >= 2),
+        "{}",
+        d.log()
+    );
+    let mut per: BTreeMap<u64, usize> = BTreeMap::new();
+    for r in runs(&out) {
+        *per.entry(r.slot).or_default() += 1;
+    }
+    assert!(per.values().all(|n| *n == 1), "{per:?}");
+    assert_eq!(d.stop(Duration::from_secs(10)), Some(0));
+}

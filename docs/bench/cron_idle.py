@@ -6,9 +6,10 @@ the daemons ran must appear exactly once.
 
 Measured, per daemon: CPU while idle (from /proc/PID/stat, over the seconds 35 to 55 of each
 minute, after the slot's runs, jittered up to 20 s, have ended), the largest RSS (VmHWM), and the
-store commands per job per slot (the server's `INFO commandstats`, calls summed, divided by the
-slots run): overall (start-up included: the catch-up's history reads) and in the steady state
-(between the first and the last idle window). Prints one JSON line.
+store requests per job per slot (the server's `INFO commandstats`: the calls of the commands a
+client sends, a script call counting one, divided by the slots run): overall (start-up included:
+the catch-up's history reads) and in the steady state (between the first and the last idle
+window). Prints one JSON line.
 
     python3 docs/bench/cron_idle.py target/release/leasehold 1 1000 3
     python3 docs/bench/cron_idle.py target/release/leasehold 3 100 10
@@ -56,9 +57,20 @@ try:
         with open(f'/proc/{p.pid}/status') as f:
             return int(re.search(r'VmHWM:\s+(\d+)', f.read()).group(1)) / 1024
 
-    def commands_now():
+    # Requests: what a client sends (a script call is one); commands: every command the server ran,
+    # those inside the scripts included.
+    REQUESTS = ('evalsha', 'eval', 'evalsha_ro', 'eval_ro', 'time', 'info', 'scan', 'ping', 'hello',
+                'client', 'select', 'auth', 'blpop', 'wait', 'script')
+
+    def commands_now(requests_only=True):
         stats = subprocess.run(cli + ['INFO', 'commandstats'], capture_output=True, text=True).stdout
-        return sum(int(m) for m in re.findall(r'calls=(\d+)', stats))
+        total = 0
+        for name, calls in re.findall(r'cmdstat_([a-z_|]+):calls=(\d+)', stats):
+            if name.startswith('config') or name == 'commandstats':
+                continue
+            if not requests_only or name.split('|')[0] in REQUESTS:
+                total += int(calls)
+        return total
 
     idle_cpu, idle_wall = [0.0] * daemons, 0.0
     # (time, commands so far) at each idle window: the steady state is between the first and last.
@@ -82,7 +94,8 @@ try:
         p.send_signal(signal.SIGTERM)
     for p in procs:
         p.wait(timeout=60)
-    commands = commands_now()
+    commands = commands_now(requests_only=False)
+    requests = commands_now()
     lines = open(out).read().split() if os.path.exists(out) else []
     runs = {}
     for j, s in zip(lines[0::2], lines[1::2]):
@@ -103,9 +116,9 @@ try:
         'slots_run_twice': twice, 'slots_missing': missing,
         'idle_cpu_percent_per_daemon': [round(100 * c / idle_wall, 3) for c in idle_cpu] if idle_wall else None,
         'max_rss_mb_per_daemon': [round(r, 1) for r in rss],
-        'store_commands': commands,
-        'store_commands_per_job_per_slot_overall': round(commands / max(1, sum(runs.values())), 2),
-        'store_commands_per_job_per_slot_steady': steady,
+        'store_requests': requests, 'store_commands_run_in_scripts_included': commands,
+        'store_requests_per_job_per_slot_overall': round(requests / max(1, sum(runs.values())), 2),
+        'store_requests_per_job_per_slot_steady': steady,
     }))
 finally:
     for p in procs:

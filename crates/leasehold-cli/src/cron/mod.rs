@@ -312,7 +312,21 @@ impl Runner for CommandRunner {
         // watcher stops the command (SIGTERM, SIGKILL after the grace).
         let ended = tokio::select! {
             e = run_command(&args, run.lease, &mut signals, env) => e,
-            _ = run.stop.cancelled() => Ended::Exited(None),
+            _ = run.stop.cancelled() => {
+                // Stop before hand-over: the run counts as ended only once nothing it started is
+                // left (the processes that carry its name and fence), within the grace and 5 s.
+                let marks = [
+                    format!("LEASEHOLD_NAME={}", job.job.name()),
+                    format!("LEASEHOLD_FENCE={}", run.lease.fence()),
+                ];
+                let until = tokio::time::Instant::now() + job.grace + Duration::from_secs(5);
+                while !crate::watcher::processes_marked(&marks).is_empty()
+                    && tokio::time::Instant::now() < until
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ended::Exited(None)
+            }
         };
         match ended {
             Ended::Exited(code) => RunEnd {

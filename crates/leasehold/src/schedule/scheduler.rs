@@ -23,7 +23,8 @@
 //!   from a hash of its name, below the jitter: a thousand jobs at `0 * * * *` spread over it, and
 //!   every replica fires a job at the same moment (the slot is still the instant).
 //! - **pause** ([`pause`], [`resume`]): kept in the store, read at each slot by every replica; a
-//!   paused job's slots are recorded `skipped`.
+//!   paused job's slots are recorded `skipped`, and each such slot writes the flag again, so it
+//!   outlives the store's retention while any daemon runs.
 //!
 //! Limit: the store is the record; a store that forgets (a Redis without persistence, the retention
 //! passing) forgets history and pauses, and a slot may then run again. Under `allow`, a run longer
@@ -315,6 +316,26 @@ async fn write_pause(client: &LeaseClient, job: &str, paused: bool, by: &str) ->
     let written = lease
         .write_note(&serde_json::to_vec(&note).unwrap_or_default())
         .await;
+    let released = lease.release().await;
+    written?;
+    released
+}
+
+/// Writes the pause flag again if it still says paused (under its lease, so a `resume` in between
+/// wins): the store keeps a name its retention after its last use, and a job stays paused however
+/// long while a daemon runs.
+async fn refresh_pause(client: &LeaseClient, job: &str) -> Result<()> {
+    let opts = LeaseOptions::default();
+    let lease = client
+        .acquire(&pause_name(job), &opts, Duration::from_secs(10))
+        .await?;
+    let written = match client.read_note(&pause_name(job)).await {
+        Ok(Some(note)) if serde_json::from_slice::<PauseNote>(&note).is_ok_and(|n| n.paused) => {
+            lease.write_note(&note).await
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    };
     let released = lease.release().await;
     written?;
     released
@@ -729,7 +750,10 @@ async fn handle_slot(inner: Arc<Inner>, job: Job, slot_ms: i64, mode: Mode) -> O
     if mode != Mode::Trigger {
         match paused(&inner.client, &job.name).await {
             Ok(Some(_)) => {
-                return record_mark(&inner, &job, slot_ms, Outcome::Skipped, "paused").await
+                if let Err(e) = refresh_pause(&inner.client, &job.name).await {
+                    tracing::debug!(job = %job.name, error = %e, "refreshing the pause flag failed");
+                }
+                return record_mark(&inner, &job, slot_ms, Outcome::Skipped, "paused").await;
             }
             Ok(None) => {}
             Err(e) => {

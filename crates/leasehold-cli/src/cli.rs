@@ -86,6 +86,19 @@ pub(crate) enum Command {
     ///
     /// Records are kept as long as the store keeps the slot's name (at least two periods).
     History(HistoryArgs),
+    /// Run scheduled jobs on every replica, each slot once: cron in a TOML file
+    ///
+    /// Run the jobs of a TOML file on every replica (same file, same store): each job's slot runs
+    /// on exactly one replica, as `run` runs a command, its outcome in `history JOB`. Slots are
+    /// reckoned on the store's clock. Subcommands: check, next, trigger, pause, resume.
+    ///
+    /// Exit codes: 0 stopped by SIGTERM/SIGINT after draining; 2 a jobs file or argument that is
+    /// wrong (the line and the field named); 69 store unreachable (a subcommand; the daemon
+    /// retries); 77 credentials refused; 78 the store is misconfigured.
+    #[command(
+        after_help = "Example: leasehold cron --store redis://coordination:6379 /etc/leasehold/jobs.toml"
+    )]
+    Cron(crate::cron::CronArgs),
     /// Show whether a lease is held, for how long, and its fence
     ///
     /// Show whether a lease is held, for how long, its current fence and where the store keeps it.
@@ -357,6 +370,15 @@ pub(crate) struct RunArgs {
     /// Shift the slots of --once-per: `--once-per 1d --offset 2h` is daily at 02:00 UTC.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, requires = "once_per")]
     pub(crate) offset: Option<Duration>,
+    /// Latest start of a late firing after its slot's start (--once-per)
+    ///
+    /// Latest start of a late firing after its slot's start (--once-per; default: the period).
+    ///
+    /// A firing more than half a period late (a timer catching up after a reboot) runs its own
+    /// slot, never the next one early, if still within this of its start; past it, the slot is
+    /// recorded missed and nothing runs.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, requires = "once_per")]
+    pub(crate) starting_deadline: Option<Duration>,
     /// Attempts of one slot (--once-per) before it is given up.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub(crate) max_attempts: u32,

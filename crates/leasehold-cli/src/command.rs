@@ -26,6 +26,9 @@ pub(crate) struct Signals {
     quit: tokio::signal::unix::Signal,
     /// The last signal received, if any.
     last: Option<Signal>,
+    /// Whether [`recv`](Self::recv) hands signals on; `false` for a `cron` run, whose daemon keeps
+    /// SIGHUP (reload) and SIGTERM (drain) for itself.
+    forward: bool,
 }
 
 impl Signals {
@@ -36,11 +39,23 @@ impl Signals {
             hup: signal(SignalKind::hangup())?,
             quit: signal(SignalKind::quit())?,
             last: None,
+            forward: true,
         })
+    }
+
+    /// Handlers whose [`recv`](Self::recv) never returns: the command is told nothing (a `cron`
+    /// daemon's run; the daemon handles its own signals).
+    pub(crate) fn silent() -> std::io::Result<Self> {
+        let mut s = Self::install()?;
+        s.forward = false;
+        Ok(s)
     }
 
     /// The next signal received. Cancel safe.
     pub(crate) async fn recv(&mut self) -> Signal {
+        if !self.forward {
+            return std::future::pending().await;
+        }
         let sig = tokio::select! {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,

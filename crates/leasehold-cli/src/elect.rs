@@ -38,6 +38,7 @@ fn as_run_args(a: &ElectArgs) -> RunArgs {
         min_hold: None,
         once_per: None,
         offset: None,
+        starting_deadline: None,
         max_attempts: 1,
         done_exit_code: 0,
         supervise: a.supervise.clone(),

@@ -4,7 +4,7 @@
 //!
 //! Layout: [`cli`] (clap definitions), [`run`] (`leasehold run`: acquire, supervise the command, stop
 //! it on a lost lease), [`elect`] (`leasehold elect` and `leader`: the same supervision while
-//! leading an election), [`once`] (`run --once-per` and `history`: scheduled jobs once per slot), [`watcher`] (the command's parent process, which stops it when `run` dies),
+//! leading an election), [`once`] (`run --once-per` and `history`: scheduled jobs once per slot), [`cron`] (`leasehold cron`: the scheduler every replica runs), [`watcher`] (the command's parent process, which stops it when `run` dies),
 //! [`health`] (`--health`: `/healthz` and `/leader` for probes),
 //! [`inspect`] (`status`, `list`, `release --force`), [`migrate`] (leasehold's tables in a database),
 //! [`duration`] (human durations), [`exit`] (exit codes).
@@ -12,6 +12,7 @@
 
 mod cli;
 mod command;
+mod cron;
 mod duration;
 mod elect;
 mod exit;
@@ -106,6 +107,7 @@ fn main() {
         std::process::exit(code);
     }
     init_tracing(cli.verbose, cli.quiet);
+    let verbose = cli.verbose > 0;
     // The watcher is a small synchronous program: no runtime, no threads but its own.
     let command = match cli.command {
         Command::RunWatcher(a) => std::process::exit(watcher::main(a)),
@@ -137,6 +139,7 @@ fn main() {
             Command::Elect(a) => Ok(elect::elect(a).await),
             Command::Leader(a) => Ok(elect::leader(a).await),
             Command::History(a) => Ok(once::history(a).await),
+            Command::Cron(a) => Ok(cron::main(a, verbose).await),
             Command::Status(a) => Ok(inspect::status(a).await),
             Command::List(a) => Ok(inspect::list(a).await),
             Command::Release(a) => Ok(inspect::release(a).await),

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold::schedule::{self, Claim, Outcome, Schedule, SlotRecord};
+use leasehold::schedule::{self, Claim, Firing, Outcome, Schedule, SlotRecord};
 use leasehold::{LeaseClient, LeaseOptions};
 
 use crate::cli::{HistoryArgs, RunArgs};
@@ -58,8 +58,43 @@ pub(crate) async fn run(
         eprintln!("leasehold: --once-per runs one command per slot; drop --permits");
         return exit::USAGE;
     }
-    let slot = sched.now();
     let holder = leasehold::election::default_holder();
+    // The store's clock tells a late firing from one early by a skewed clock (see
+    // `Schedule::firing`); a store without one leaves the judgement to our own clock.
+    let store_now = client
+        .store_clock_ms()
+        .await
+        .ok()
+        .flatten()
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+    let deadline = args.starting_deadline.unwrap_or(period);
+    let slot = match sched.firing(SystemTime::now(), store_now, deadline) {
+        Firing::Run(slot) => slot,
+        Firing::Missed(slot) => {
+            eprintln!(
+                "leasehold: this firing of `{}` is slot {}'s, {} after its start, past --starting-deadline {}: recorded missed, command not run",
+                args.name,
+                slot.index,
+                ago(slot.start_unix_ms),
+                show(deadline)
+            );
+            if let Err(e) = schedule::mark(
+                client,
+                &args.name,
+                slot,
+                Outcome::Missed,
+                "deadline",
+                opts,
+                &holder,
+            )
+            .await
+            {
+                return fail(&e);
+            }
+            return args.done_exit_code;
+        }
+    };
     let claimed = tokio::select! {
         c = schedule::claim(client, &args.name, slot, opts, args.max_attempts, &holder) => c,
         sig = signals.recv() => return crate::command::aborted_settled(client, sig, "the slot stays open").await,
@@ -186,6 +221,8 @@ fn prometheus(job: &str, records: &[SlotRecord]) -> String {
         ("failed", Outcome::Failed),
         ("lost", Outcome::Lost),
         ("running", Outcome::Running),
+        ("missed", Outcome::Missed),
+        ("skipped", Outcome::Skipped),
     ] {
         out.push_str(&format!(
             "leasehold_job_slots{{job=\"{label}\",outcome=\"{name}\"}} {}\n",

@@ -24,12 +24,35 @@
 //! as its writes with [`record_in`] (the inbox's unique key, feature `sql`): its effect then happens
 //! once per slot even if two replicas ran it. The slot is reckoned on each replica's own clock; a
 //! replica whose clock is off by more than half the period claims another slot.
+//!
+//! **A late firing** (a timer catching up after a reboot, a loaded machine) claims its own slot,
+//! never the next one early: [`Schedule::firing`] takes the slot nearest to the replica's clock
+//! unless that slot has not started yet by the replica's clock *and* by the store's (a firing more
+//! than half a period late lands there); it is then a late firing of the slot before, run if within
+//! its starting deadline and recorded [`Outcome::Missed`] otherwise. A firing early by a skewed
+//! clock still claims the slot it was meant for: by the store's clock, which every replica reads,
+//! that slot has started (or starts within [`EARLY_TOLERANCE`]).
+//!
+//! The scheduler that fires jobs itself is in [`scheduler`] (policies, a runner of your own), over
+//! [`When`] (cron expressions in IANA zones, intervals) and [`StoreClock`] (the store's time).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::lease::{Lease, LeaseClient, LeaseOptions};
+
+pub mod clock;
+pub mod scheduler;
+pub mod when;
+
+pub use clock::{ClockSource, StoreClock};
+pub use when::When;
+
+/// How far before a slot's start, by the store's clock, a firing still counts as that slot's (the
+/// clock reading's uncertainty and a timer that rounds down): at most this, and at most a tenth of
+/// the period.
+pub const EARLY_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// Shortest period accepted (a schedule of a few seconds is for tests and demos).
 pub const MIN_PERIOD: Duration = Duration::from_millis(100);
@@ -155,6 +178,45 @@ impl Schedule {
     pub fn now(&self) -> Slot {
         self.slot_at(SystemTime::now())
     }
+
+    /// Which slot a firing at `local` (this replica's clock) is for, given the store's time `store`
+    /// (`None`: a store without a clock; the replica's own clock judges alone) and the late-start
+    /// `deadline`: the slot nearest to `local`, unless that slot has not started by either clock
+    /// (beyond [`EARLY_TOLERANCE`] by the store's): the firing is then more than half a period late
+    /// for the slot before, which it runs if `local` is within `deadline` of that slot's start and
+    /// records missed otherwise. It never claims a slot that has not started yet.
+    pub fn firing(
+        &self,
+        local: SystemTime,
+        store: Option<SystemTime>,
+        deadline: Duration,
+    ) -> Firing {
+        let nearest = self.slot_at(local);
+        let local_ms = unix_ms(local);
+        let tolerance = millis(EARLY_TOLERANCE.min(self.period / 10));
+        let early_by_store = match store {
+            Some(t) => unix_ms(t).saturating_add(tolerance) < nearest.start_unix_ms,
+            None => true,
+        };
+        if local_ms >= nearest.start_unix_ms || !early_by_store || nearest.index == 0 {
+            return Firing::Run(nearest);
+        }
+        let own = self.slot(nearest.index - 1);
+        if local_ms.saturating_sub(own.start_unix_ms) <= millis(deadline) {
+            Firing::Run(own)
+        } else {
+            Firing::Missed(own)
+        }
+    }
+}
+
+/// What [`Schedule::firing`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firing {
+    /// Claim this slot.
+    Run(Slot),
+    /// The firing is this slot's, past its late-start deadline: record it missed, run nothing.
+    Missed(Slot),
 }
 
 /// What became of a slot's run, as its record says.
@@ -170,6 +232,12 @@ pub enum Outcome {
     /// Its lease was lost while it ran (stopped by the supervisor), or its runner died: a later
     /// claim runs it again.
     Lost,
+    /// Not started within its late-start deadline (every replica down, or fired too late): nothing
+    /// ran.
+    Missed,
+    /// Not run on purpose: the job was paused, or its previous run was still going under the
+    /// `forbid` overlap policy.
+    Skipped,
 }
 
 /// A slot's record, kept in the note of the slot's lease.
@@ -194,6 +262,10 @@ pub struct SlotRecord {
     pub duration_ms: Option<u64>,
     /// Its exit code (`None` while running, or killed by a signal).
     pub exit_code: Option<i32>,
+    /// Why nothing ran, for a missed or skipped slot (`paused`, `overlap`, `deadline`, `catch-up`),
+    /// or `trigger` for an extra run asked for by an operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl SlotRecord {
@@ -292,7 +364,12 @@ pub async fn claim(
         .await?
         .and_then(|b| SlotRecord::decode(&b));
     let attempts = match &previous {
-        Some(r) if r.outcome == Outcome::Done => {
+        Some(r)
+            if matches!(
+                r.outcome,
+                Outcome::Done | Outcome::Missed | Outcome::Skipped
+            ) =>
+        {
             release_quietly(lease).await;
             return Ok(Claim::Done(r.clone()));
         }
@@ -318,10 +395,69 @@ pub async fn claim(
         started_unix_ms: unix_ms(SystemTime::now()),
         duration_ms: None,
         exit_code: None,
+        reason: None,
     };
     // On failure the lease is dropped, which releases it in the background.
     lease.write_note(&record.encode()).await?;
     Ok(Claim::Run(SlotRun { lease, record }))
+}
+
+/// Records `job`'s `slot` as [`Outcome::Missed`] or [`Outcome::Skipped`] (with `reason`) unless
+/// the slot has a record already (done, failed, running: those stand) or is held: takes the slot's
+/// lease once, writes, releases. Returns the record written (`None`: left as it was). Running it
+/// twice writes once.
+///
+/// # Errors
+///
+/// [`Error::Invalid`] for an outcome other than missed or skipped, a bad job name or holder; store
+/// errors.
+///
+/// # Cancel safety
+///
+/// Cancel safe: a lease taken before the cancellation is released in the background.
+pub async fn mark(
+    client: &LeaseClient,
+    job: &str,
+    slot: Slot,
+    outcome: Outcome,
+    reason: &str,
+    opts: &LeaseOptions,
+    holder: &str,
+) -> Result<Option<SlotRecord>> {
+    check_job(client, job)?;
+    if !matches!(outcome, Outcome::Missed | Outcome::Skipped) {
+        return Err(Error::invalid(
+            "outcome",
+            "only missed or skipped is marked",
+        ));
+    }
+    let name = slot_name(job, slot);
+    let lease = match client.try_acquire(&name, opts).await {
+        Ok(lease) => lease,
+        Err(Error::Busy { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if client.read_note(&name).await?.is_some() {
+        release_quietly(lease).await;
+        return Ok(None);
+    }
+    let record = SlotRecord {
+        job: job.to_owned(),
+        slot,
+        outcome,
+        attempts: 0,
+        holder: holder.to_owned(),
+        fence: lease.fence(),
+        started_unix_ms: unix_ms(SystemTime::now()),
+        duration_ms: None,
+        exit_code: None,
+        reason: Some(reason.to_owned()),
+    };
+    let written = lease.write_note(&record.encode()).await;
+    release_quietly(lease).await;
+    written?;
+    metrics(&record);
+    Ok(Some(record))
 }
 
 async fn release_quietly(lease: Lease) {
@@ -412,10 +548,14 @@ pub mod metric_names {
     /// Gauge: when the job last succeeded, in seconds since the Unix epoch (label `job`): the
     /// metric to alert on when it falls behind.
     pub const LAST_SUCCESS: &str = "leasehold_job_last_success_timestamp_seconds";
-    /// Counter: finished attempts (labels `job`, `outcome`: `done`, `failed`, `lost`).
+    /// Counter: finished attempts and slots that did not run (labels `job`, `outcome`: `done`,
+    /// `failed`, `lost`, `missed`, `skipped`).
     pub const RUNS_TOTAL: &str = "leasehold_job_runs_total";
     /// Histogram: how long attempts ran, in seconds (label `job`).
     pub const DURATION_SECONDS: &str = "leasehold_job_duration_seconds";
+    /// Gauge: the job's next slot instant, in seconds since the Unix epoch (label `job`), set by
+    /// the [`scheduler`](super::scheduler) as it waits for it.
+    pub const NEXT_RUN: &str = "leasehold_job_next_run_timestamp_seconds";
 }
 
 fn metrics(r: &SlotRecord) {
@@ -423,6 +563,8 @@ fn metrics(r: &SlotRecord) {
         Outcome::Done => "done",
         Outcome::Failed => "failed",
         Outcome::Lost | Outcome::Running => "lost",
+        Outcome::Missed => "missed",
+        Outcome::Skipped => "skipped",
     };
     metrics::counter!(metric_names::RUNS_TOTAL, "job" => r.job.clone(), "outcome" => outcome)
         .increment(1);
@@ -551,6 +693,36 @@ mod tests {
     }
 
     #[test]
+    fn a_late_firing_runs_its_own_slot_never_the_next_one_early() {
+        let s = Schedule::every(Duration::from_secs(4)).unwrap();
+        let k = 1_000_u64;
+        let start = k * 4_000;
+        let deadline = Duration::from_secs(4);
+        // Fired 2.5 s late on a right clock: the nearest slot is k+1, not started by either clock.
+        let late = at(start + 2_500);
+        assert_eq!(s.slot_at(late).index, k + 1, "the nearest-slot rule alone");
+        assert_eq!(s.firing(late, Some(late), deadline), Firing::Run(s.slot(k)));
+        // Past a deadline of 2 s: recorded missed.
+        assert_eq!(
+            s.firing(late, Some(late), Duration::from_secs(2)),
+            Firing::Missed(s.slot(k))
+        );
+        // Fired on time at k+1 by a clock 1.5 s behind (same instant as the store's k+1): k+1.
+        let behind = at(start + 4_000 - 1_500);
+        assert_eq!(
+            s.firing(behind, Some(at(start + 4_000)), deadline),
+            Firing::Run(s.slot(k + 1))
+        );
+        // Fired by its own timer at k+1 on a clock 1.5 s ahead: k+1 (its clock says started).
+        assert_eq!(
+            s.firing(at(start + 4_000), Some(behind), deadline),
+            Firing::Run(s.slot(k + 1))
+        );
+        // Without a store clock the replica's own clock judges: late, so slot k.
+        assert_eq!(s.firing(late, None, deadline), Firing::Run(s.slot(k)));
+    }
+
+    #[test]
     fn a_record_reads_back_and_garbage_is_no_record() {
         let r = SlotRecord {
             job: "nightly".into(),
@@ -565,6 +737,7 @@ mod tests {
             started_unix_ms: 1,
             duration_ms: Some(5),
             exit_code: Some(3),
+            reason: None,
         };
         assert_eq!(SlotRecord::decode(&r.encode()), Some(r));
         assert_eq!(SlotRecord::decode(b"{}"), None);

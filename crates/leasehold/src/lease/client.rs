@@ -838,6 +838,22 @@ impl LeaseClient {
         self.store().read_note(name).await
     }
 
+    /// The store's wall clock, in milliseconds since the Unix epoch, read in one request (Redis
+    /// `TIME`, PostgreSQL `clock_timestamp()`, MariaDB `NOW(3)`); `None` for a store with no clock
+    /// of its own (etcd) or several (Redlock). [`schedule::StoreClock`](crate::schedule::StoreClock)
+    /// turns readings into an estimate of the store's time now.
+    ///
+    /// # Errors
+    ///
+    /// Store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn store_clock_ms(&self) -> Result<Option<i64>> {
+        self.store().wall_clock_ms().await
+    }
+
     /// Lists lease names under this client's prefix matching the glob `pattern` (`*` for all). A name
     /// appears once it has been acquired (while the store keeps its fence) or while it is held.
     ///

@@ -415,6 +415,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         Err(no_notes(self.kind()))
     }
 
+    /// The store's wall clock, in milliseconds since the Unix epoch, read in one request (Redis
+    /// `TIME`, PostgreSQL `clock_timestamp()`, MariaDB `NOW(3)`): the clock a scheduler reckons
+    /// slots by, so that replicas whose own clocks disagree agree on the time. `None` (the
+    /// default): a store with no clock of its own (etcd) or whose replies come from several clocks
+    /// (Redlock).
+    async fn wall_clock_ms(&self) -> Result<Option<i64>> {
+        Ok(None)
+    }
+
     /// Reads the state of each name without touching it.
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>>;
 

@@ -339,6 +339,20 @@ impl Core {
         .await
     }
 
+    /// One statement: `NOW(3)` as milliseconds since the epoch.
+    async fn wall_clock_ms(&self) -> Result<Option<i64>> {
+        self.run(Phase::Inspect, 1, |conn| {
+            Box::pin(async move {
+                let (ms,): (i64,) =
+                    sqlx::query_as("SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+                        .fetch_one(conn)
+                        .await?;
+                Ok(Some(ms))
+            })
+        })
+        .await
+    }
+
     /// The operator's override, in one transaction under the row's lock.
     async fn force_release(&self, name: &str) -> Result<ForcedRelease> {
         let (evicted, fence) = self
@@ -495,6 +509,10 @@ impl Store for MySqlStore {
 
     async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
         self.core.read_note(name).await
+    }
+
+    async fn wall_clock_ms(&self) -> Result<Option<i64>> {
+        self.core.wall_clock_ms().await
     }
 
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {

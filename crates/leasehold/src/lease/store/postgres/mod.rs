@@ -375,6 +375,15 @@ impl Store for PostgresStore {
         Ok(rows.into_iter().next().and_then(|(note,)| note))
     }
 
+    /// One statement: `clock_timestamp()` (the time now, not the transaction's start).
+    async fn wall_clock_ms(&self) -> Result<Option<i64>> {
+        let rows = self
+            .core
+            .fetch_all(Phase::Inspect, statements::wall_clock_ms)
+            .await?;
+        Ok(rows.into_iter().next().map(|(ms,)| ms))
+    }
+
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
         self.core.inspect(names).await
     }

@@ -138,6 +138,11 @@ pub(super) fn read_note(prefix: String, name: String) -> Statement<(Option<Vec<u
     sqlx::query_as(READ_NOTE).bind(prefix).bind(name)
 }
 
+/// The server's wall clock now, in milliseconds since the Unix epoch.
+pub(super) fn wall_clock_ms() -> Statement<(i64,)> {
+    sqlx::query_as("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+}
+
 /// inspect.sql's and list.sql's reply: `(name, held, remaining_ms, fence)`.
 pub(super) type InfoRow = (String, bool, Option<i64>, Option<i64>);
 

@@ -827,6 +827,15 @@ impl Store for RedisStore {
         self.named(name, r).await
     }
 
+    /// `TIME` on the shared connection (for Sentinel and Cluster: the server that answers).
+    async fn wall_clock_ms(&self) -> Result<Option<i64>> {
+        let mut con = self.shared.clone();
+        let (secs, micros): (i64, i64) = self
+            .on_shared(Phase::Inspect, redis::cmd("TIME").query_async(&mut con))
+            .await?;
+        Ok(Some(secs * 1000 + micros / 1000))
+    }
+
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {
         self.inspect_keys(names).await
     }

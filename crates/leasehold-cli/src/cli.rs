@@ -268,9 +268,9 @@ pub(crate) struct SuperviseArgs {
     /// long.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "30s")]
     pub(crate) ttl: Duration,
-    /// Time between SIGTERM and SIGKILL when the command must stop (default: a third of --ttl, at most 10s)
+    /// Time between SIGTERM and SIGKILL when the command must stop
     ///
-    /// Applies to the command's process group and everything below it, when the lease is lost,
+    /// Default: a third of --ttl, at most 10s. Applies to the command's process group and everything below it, when the lease is lost,
     /// when leasehold dies, or to what the command left running when it exits.
     ///
     /// When renewals fail, SIGTERM goes out --grace before the instant the store may hand the name
@@ -283,6 +283,8 @@ pub(crate) struct SuperviseArgs {
     /// The grace in force: `--grace`, or the default that fits the lease (set by `prepare`).
     #[arg(skip)]
     pub(crate) grace: Duration,
+    /// Test knob: the old stop rule, SIGTERM once the deadline passed
+    ///
     /// Test and demonstration knob: the old stop rule (SIGTERM only once the lease's deadline
     /// passed, SIGKILL --grace later), which lets the command overlap the next holder.
     #[arg(long, hide = true)]

@@ -46,11 +46,12 @@ pub enum Mutation {
     HandToNewest,
     /// The release's hand-over sets the lock without an expiry.
     HandOverWithoutTtl,
-    /// A retried release (the lock already handed on) hands over once more.
+    /// A waiter's step that finds the lock free with waiters queued does not hand it over (it
+    /// answers busy, as when nobody live is queued): a lock freed by an expiry stays free.
+    StepSkipsHandOver,
+    /// A retried release (the lock already handed on) no longer finds its token in the record or
+    /// the released marker, and says "not yours".
     ReleaseForgetsRetry,
-    /// A queued waiter is never dropped, even one that stopped stepping (and the liveness window
-    /// never ends).
-    NoAbandonOnTimeout,
 }
 
 /// The timings a client sends (ms), as `scripts::Tuning` and `LeaseOptions` make them.
@@ -284,7 +285,7 @@ impl Run<'_> {
     }
 
     fn live_by_join(&self, score: i64, window_ms: i64) -> bool {
-        self.m == Mutation::NoAbandonOnTimeout || self.hi <= score + window_ms * 1000
+        self.hi <= score + window_ms * 1000
     }
 
     fn pop_live(&mut self, window_ms: i64) -> Option<(String, i64)> {
@@ -677,7 +678,8 @@ impl Run<'_> {
                 &format!("{hi_text}::{token}:"),
                 t.retention_ms.max(t.ttl_ms),
             );
-            let mut newer = old.is_none();
+            // Without the clock the fence is the record's + 1, which only the second part mints.
+            let mut newer = old.is_none() && self.m != Mutation::FenceWithoutClock;
             if let Some(o) = &old {
                 let digits = o.bytes().take_while(u8::is_ascii_digit).count();
                 if digits > 0 && o[digits..].starts_with("::") {
@@ -771,7 +773,12 @@ impl Run<'_> {
                     r.set_flag('s', false);
                 }
                 if r.flagged('q') {
-                    if let Some((head, fence, head_first)) = self.hand_lock(&mut r, window) {
+                    let handed = if self.m == Mutation::StepSkipsHandOver {
+                        None
+                    } else {
+                        self.hand_lock(&mut r, window)
+                    };
+                    if let Some((head, fence, head_first)) = handed {
                         self.write_record(&r, Some(keep_ms));
                         if head == token {
                             return ints(&[1, fence, head_first, self.hi, i64::from(self.exact)]);
@@ -906,9 +913,8 @@ impl Run<'_> {
             let score_s = fmt_num(score);
             if let Some((head, first)) = member.split_once(',') {
                 let first: i64 = first.parse().unwrap_or(0);
-                let live = self.m == Mutation::NoAbandonOnTimeout
-                    || !below(&score_s, &live_from)
-                    || self.ks.del(&self.k(&format!("alive:{head}")));
+                let live =
+                    !below(&score_s, &live_from) || self.ks.del(&self.k(&format!("alive:{head}")));
                 if live {
                     let old = self.ks.set_get(
                         &self.k("fence"),

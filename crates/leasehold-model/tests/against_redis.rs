@@ -334,6 +334,9 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
     let started = std::time::Instant::now();
     let mut calls_by_script: BTreeMap<&str, u64> = BTreeMap::new();
     let mut replies_seen: BTreeMap<String, u64> = BTreeMap::new();
+    // How often the paths that matter ran: a release or an abandon that handed the lock on, a grant
+    // popped off a wake list, a retry of the same call.
+    let (mut hand_overs, mut grants_popped, mut retries) = (0u64, 0u64, 0u64);
     for seed in first_seed..first_seed + sequences {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut now = T0 + rng.random_range(0..1000) * 1000;
@@ -351,6 +354,10 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
         let mut done: Vec<Step> = Vec::new();
         for _ in 0..steps {
             let step = draw.step(&mut rng, now, done.last());
+            if matches!((&step, done.last()), (Step::Script(a), Some(Step::Script(b))) if a == b) {
+                retries += 1;
+            }
+            let holder_before = ks.get(&names.lock());
             let (predicted, real) = match &step {
                 Step::Script(call) => {
                     *calls_by_script.entry(call.script()).or_default() += 1;
@@ -393,6 +400,17 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
                     (Reply::Nil, Reply::Nil)
                 }
             };
+            if let Step::Script(Call::Release { token, .. } | Call::Abandon { token }) = &step {
+                let after = ks.get(&names.lock());
+                if holder_before.as_deref().and_then(|h| h.strip_suffix(":q")) == Some(token)
+                    && after.is_some_and(|a| !a.starts_with(&format!("{token}:")))
+                {
+                    hand_overs += 1;
+                }
+            }
+            if matches!(step, Step::TakeGrant(_)) && predicted != Reply::Nil {
+                grants_popped += 1;
+            }
             done.push(step);
             let kind = match &predicted {
                 Reply::Array(a) => format!("{:?}", a.first()),
@@ -427,9 +445,11 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
     }
     eprintln!(
         "{sequences} sequences of {steps} steps in {:.1?}; calls per script {calls_by_script:?}; \
-         replies {replies_seen:?}",
+         replies {replies_seen:?}; hand-overs {hand_overs}, grants popped {grants_popped}, \
+         retries {retries}",
         started.elapsed()
     );
+    assert!(hand_overs > 0 && grants_popped > 0 && retries > 0);
     // Every script was exercised, and the runs reached the interesting replies.
     for s in [
         "acquire",

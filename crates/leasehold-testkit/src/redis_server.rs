@@ -61,6 +61,7 @@ pub struct RedisServerBuilder {
     replica_of: Option<u16>,
     fake_clock: bool,
     clock_rate: Option<f64>,
+    frozen_at_us: Option<u64>,
     extra: Vec<String>,
 }
 
@@ -106,6 +107,16 @@ impl RedisServerBuilder {
     pub fn clock_rate(mut self, rate: f64) -> Self {
         self.fake_clock = true;
         self.clock_rate = Some(rate);
+        self
+    }
+
+    /// Runs the server under libfaketime with its wall clock stopped at `at_us` (µs since 1970):
+    /// `TIME` answers that and no key expires until [`RedisServer::set_frozen_clock`] moves it, so a
+    /// test decides exactly when time passes (a model-based test compares the server's replies with
+    /// a model's at the same instants). The monotonic clock stays real.
+    pub fn frozen_clock(mut self, at_us: u64) -> Self {
+        self.fake_clock = true;
+        self.frozen_at_us = Some(at_us);
         self
     }
 
@@ -156,6 +167,32 @@ pub struct RedisServer {
 
 /// The file libfaketime reads the offset from, in the server's directory.
 const CLOCK_FILE: &str = "faketime.offset";
+
+/// `YYYY-MM-DD hh:mm:ss.ffffff5` (UTC) of `us` µs since 1970, libfaketime's absolute time.
+fn frozen_text(us: u64) -> String {
+    let secs = us / 1_000_000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        // Half a µs more: libfaketime keeps the time as a double and truncates it to µs, which
+        // without it lands one µs early for most values.
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:06}5\n",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        us % 1_000_000
+    )
+}
 
 impl RedisServer {
     /// Starts a server on a free port with default settings.
@@ -303,6 +340,19 @@ impl RedisServer {
         self.write_clock_offset()
     }
 
+    /// Stops the wall clock of a server started with [`RedisServerBuilder::frozen_clock`] at `at_us`
+    /// (µs since 1970; it may go back as well as forward). Takes effect at the server's next clock
+    /// reading.
+    pub fn set_frozen_clock(&mut self, at_us: u64) -> io::Result<()> {
+        if self.builder.frozen_at_us.is_none() {
+            return Err(io::Error::other(
+                "set_frozen_clock needs a server started with RedisServerBuilder::frozen_clock()",
+            ));
+        }
+        self.builder.frozen_at_us = Some(at_us);
+        self.write_clock_offset()
+    }
+
     /// How far the wall clock has been moved forward so far.
     pub fn clock_offset(&self) -> Duration {
         self.clock_offset
@@ -317,10 +367,13 @@ impl RedisServer {
             .clock_rate
             .map(|r| format!(" x{r}"))
             .unwrap_or_default();
-        std::fs::write(
-            &tmp,
-            format!("+{:.3}{rate}\n", self.clock_offset.as_secs_f64()),
-        )?;
+        let text = match self.builder.frozen_at_us {
+            // libfaketime's absolute form without `@`: the clock stands still at that instant (UTC:
+            // the server runs with TZ=UTC then).
+            Some(us) => frozen_text(us),
+            None => format!("+{:.3}{rate}\n", self.clock_offset.as_secs_f64()),
+        };
+        std::fs::write(&tmp, text)?;
         std::fs::rename(&tmp, self.dir.path().join(CLOCK_FILE))
     }
 
@@ -382,6 +435,9 @@ impl RedisServer {
                 .env("FAKETIME_TIMESTAMP_FILE", self.dir.path().join(CLOCK_FILE))
                 .env("FAKETIME_NO_CACHE", "1")
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            if b.frozen_at_us.is_some() {
+                cmd.env("TZ", "UTC");
+            }
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())

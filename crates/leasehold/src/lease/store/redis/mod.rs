@@ -39,6 +39,9 @@ mod server_time;
 mod standalone;
 mod topology;
 
+#[doc(hidden)]
+pub use scripts::sources as script_sources;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -24,6 +24,14 @@ struct Pod {
     child: Child,
 }
 
+/// A pod that fails its test is not left campaigning: killed on drop.
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn free_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().to_string()

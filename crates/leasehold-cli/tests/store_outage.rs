@@ -44,6 +44,17 @@ fn terms(dir: &Path, who: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Candidates killed when the test ends, passed or failed.
+struct Reap(Vec<u32>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
 fn alive(c: &mut Child) -> bool {
     c.try_wait().unwrap().is_none()
 }
@@ -77,6 +88,7 @@ fn elect_again_returns_to_standby_after_a_long_outage_and_someone_leads_at_once(
     let mut a = candidate(&redis, d, "a", None);
     assert!(eventually(Duration::from_secs(10), || terms(d, "a").len() == 1));
     let mut b = candidate(&redis, d, "b", None);
+    let _reap = Reap(vec![a.id(), b.id()]);
     std::thread::sleep(Duration::from_millis(500));
 
     // Frozen for 7 s, more than twice the TTL: A's leadership cannot survive it.
@@ -164,6 +176,7 @@ fn health_endpoints_answer_at_once_while_the_store_is_silent() {
     let mut a = candidate(&redis, d, "a", Some(&ha));
     assert!(eventually(Duration::from_secs(10), || terms(d, "a").len() == 1));
     let mut b = candidate(&redis, d, "b", Some(&hb));
+    let _reap = Reap(vec![a.id(), b.id()]);
     assert!(eventually(Duration::from_secs(10), || {
         probe(&hb, "/leader").1.contains("\"value\":\"a\"")
     }));

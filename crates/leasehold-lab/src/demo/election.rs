@@ -41,7 +41,8 @@ fn shutdown(opts: &LeaseOptions) -> Duration {
 }
 
 /// The worker side of scene 8: lead, work (a fenced increment every 150 ms) until
-/// `Lease::stopping(shutdown)` says to stop, take the shutdown, say when the work was gone; then,
+/// `Lease::stopping(grace)` says to stop (the grace: the longest shutdown the lease allows), take
+/// the shutdown (60% of the grace), say when the work was gone; then,
 /// `work_ms` later, one more fenced write with the old term (the deposed leader's straggler).
 pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
     let db = args.db.as_deref().context("--db is required")?;
@@ -63,10 +64,11 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
     );
     println!("EVENT leading {term}");
     let shutdown = shutdown(&opts);
+    let grace = opts.longest_shutdown();
     let mut writes = 0u32;
     let why = loop {
         tokio::select! {
-            stop = leading.lease().stopping(shutdown) => break stop,
+            stop = leading.lease().stopping(grace) => break stop,
             _ = tokio::time::sleep(Duration::from_millis(150)) => {
                 let v = counter.read().await?;
                 if matches!(fenced_increment(&fdb, term, "A", v).await?, Fenced::Accepted) {
@@ -76,8 +78,8 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
         }
     };
     println!(
-        "SAY {writes} fenced increments with term {term}; then stopping({} ms) fired: {why}",
-        shutdown.as_millis()
+        "SAY {writes} fenced increments with term {term}; then stopping({} ms, its grace) fired: {why}",
+        grace.as_millis()
     );
     tokio::time::sleep(shutdown).await;
     println!(

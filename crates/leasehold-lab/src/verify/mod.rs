@@ -6,9 +6,9 @@
 //! Sentinel set, a Cluster; or a store the harness runs for the whole run, such as a PostgreSQL
 //! server or a three-member etcd cluster) and a real SQL database, injects the fault for real
 //! (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays, cuts or swallows the
-//! traffic, a jump of a Redis server's wall clock, a Redlock master killed or restarted, a Sentinel
-//! or Cluster failover that loses the lock's write, a lease store restarted or one of its members
-//! killed), several times per cell, and counts invariant violations from what the database
+//! traffic, one holder cut off from its lease store, a jump of a Redis server's wall clock, a
+//! Redlock master killed or restarted, a Sentinel or Cluster failover that loses the lock's write,
+//! a lease store restarted or one of its members killed), several times per cell, and counts invariant violations from what the database
 //! accepted, and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations
 //! shows the bug did not happen in this run, not that it cannot; only the strategies documented as
 //! safe by design are expected to stay at 0 always.
@@ -224,8 +224,9 @@ pub struct VerifyArgs {
     /// When a lease holder's long critical section starts to stop under `partition`
     ///
     /// When a lease holder's long critical section starts to stop under the `partition` fault:
-    /// `in-time` when `Lease::stopping(shutdown)` says so (done by `Lease::stop_by`, before the
-    /// store may hand the name on), `at-loss` when the lease is lost at its deadline (the old rule,
+    /// `in-time` when `Lease::stopping(grace)` says so, the grace being the longest shutdown the
+    /// lease allows (its shutdown and write done by `Lease::stop_by`, before the store may hand the
+    /// name on), `at-loss` when the lease is lost at its deadline (the old rule,
     /// whose shutdown runs past the hand-over). The other faults do not use it.
     #[arg(long, value_enum, default_value_t = StopRule::InTime)]
     pub stop_rule: StopRule,
@@ -238,7 +239,7 @@ pub struct VerifyArgs {
 fn quick_help() -> String {
     let stores = run_wide_names("and");
     format!(
-        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nA short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload under the pause fault (the strategies on {stores} on the counter only), and every fault on the counter workload, one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
+        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nA short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload under the pause fault (the strategies on {stores} and the elections on the counter only), and every fault on the counter workload (the elections under the pause only, the partition on naive, lease and lease-fence only), one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
     )
 }
 

@@ -406,7 +406,9 @@ impl Locker {
 /// The rest of a long critical section (the `partition` fault's target): it runs until it is told
 /// to stop, by `rule` on its lease or by the harness's next `go` (the only word a strategy without
 /// a lease gets), then takes a slow shutdown, [`slow_shutdown`] of its lease, before the write
-/// that follows it (a flush, a checkpoint).
+/// that follows it (a flush, a checkpoint). Under [`StopRule::InTime`] it asks
+/// [`Lease::stopping`] for the longest shutdown the lease allows, its grace: the shutdown and the
+/// write together must fit in it.
 async fn long_section(
     rule: StopRule,
     lease: Option<&Lease>,
@@ -414,9 +416,12 @@ async fn long_section(
     op: u64,
 ) {
     let shutdown = lease.map_or(Duration::ZERO, |l| slow_shutdown(l.options()));
+    // What it is told to fit its shutdown in: the longest the lease allows (its grace), of which
+    // the shutdown takes 60%, the rest left for the write that follows.
+    let grace = lease.map_or(Duration::ZERO, |l| l.options().longest_shutdown());
     let told = async {
         match (lease, rule) {
-            (Some(lease), StopRule::InTime) => lease.stopping(shutdown).await.to_string(),
+            (Some(lease), StopRule::InTime) => lease.stopping(grace).await.to_string(),
             (Some(lease), StopRule::AtLoss) => {
                 format!("lost: {}", lease.lost().fired().await)
             }

@@ -18,11 +18,13 @@
 //! replicas (`node-restart` and `node-kill` are their Redlock forms), and the Redlock faults are
 //! not applicable to the single-server strategies. The network faults hit all of the target's
 //! links (on Redlock, its three proxies). `sentinel-failover` and `cluster-failover` apply to the
-//! leases on one deployment (`lease`, `lease-fence`); the hand-made locks speak to one `redis://`
-//! server only. The strategies on a run-wide store take `none`, `pause`, `kill` and their own
-//! store's faults, which act on the store the harness runs for the whole run (`LeaseStores`); no
-//! Redis fault applies to them, the network faults included (their store is reached directly, not
-//! through the proxies).
+//! leases and elections on one deployment (`lease`, `lease-fence`, `election`, `election-fence`);
+//! the hand-made locks speak to one `redis://` server only. `partition` applies to every strategy
+//! with a lock, wherever it lives (not to `db-guards`). The strategies on a run-wide store take
+//! `none`, `pause`, `kill`, `partition` and their own store's faults, which act on the store the
+//! harness runs for the whole run (`LeaseStores`); no Redis fault applies to them, the network
+//! faults included (their store is reached directly, not through the proxies, except in a
+//! `partition` cell, which puts a proxy per worker in front of it).
 
 mod clock_jump;
 mod cluster_failover;

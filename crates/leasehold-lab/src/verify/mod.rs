@@ -239,7 +239,7 @@ pub struct VerifyArgs {
 fn quick_help() -> String {
     let stores = run_wide_names("and");
     format!(
-        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nA short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload under the pause fault (the strategies on {stores} and the elections on the counter only), and every fault on the counter workload (the elections under the pause only, the partition on naive, lease and lease-fence only), one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
+        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nA short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload under the pause fault (the strategies on {stores} and the elections on the counter only), and every fault on the counter workload (the elections under the pause only, the partition on lease and lease-fence only), one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
     )
 }
 

@@ -54,13 +54,13 @@ pub(super) fn plan(args: &VerifyArgs) -> Vec<(Workload, Fault, Strategy)> {
                 }
                 if args.quick && args.fault.is_empty() && args.strategy.is_empty() {
                     // The quick run's elections keep to the pause (their other faults are the
-                    // full run's), and its partition to one lease unfenced and fenced and the
-                    // naive lock (the other stores' partitions are the full run's).
+                    // full run's), and its partition to one lease, unfenced and fenced (the other
+                    // strategies' partitions are the full run's and `verify_partition`'s).
                     if s.election() && f != Fault::Pause {
                         continue;
                     }
                     if f == Fault::Partition
-                        && ![Strategy::NAIVE, Strategy::LEASE, Strategy::LEASE_FENCE].contains(&s)
+                        && ![Strategy::LEASE, Strategy::LEASE_FENCE].contains(&s)
                     {
                         continue;
                     }

@@ -154,6 +154,15 @@ fn quick_json_has_every_figure_and_no_overlapping_holds() {
         number(s6, "election_p50_ms") > 0.0 && number(s6, "lease_p50_ms") > 0.0,
         "{s6}"
     );
+    // The takeover after kill -9 of a leader process: it waits for the dead leader's lease to run
+    // out, so it takes a good part of the TTL and never less than nothing.
+    assert_eq!(number(s6, "kill_rounds"), 3.0, "{s6}");
+    let (kill_p50, kill_max) = (number(s6, "kill_p50_ms"), number(s6, "kill_max_ms"));
+    let ttl = number(s6, "kill_ttl_ms");
+    assert!(
+        kill_p50 > ttl / 4.0 && kill_max >= kill_p50 && number(s6, "round_trip_ms") > 0.0,
+        "{s6}"
+    );
 
     // S4: SQLite always; PostgreSQL unless unreachable, and then with a note saying so.
     assert!(number(&r, "s4.sqlite_ratio") > 0.0, "{}", r["s4"]);

@@ -15,9 +15,9 @@ fn demo_runs_every_scene_and_each_shows_its_claim() {
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    for n in 1..=7 {
+    for n in 1..=8 {
         assert!(
-            out.contains(&format!("Scene {n}/7.")),
+            out.contains(&format!("Scene {n}/8.")),
             "scene {n} missing:\n{out}"
         );
         assert!(
@@ -36,7 +36,9 @@ fn demo_runs_every_scene_and_each_shows_its_claim() {
         "SIGKILL",
         "no majority",
         "+switch-master",
-        "7/7 scenes",
+        "its work is gone",
+        "before B led",
+        "8/8 scenes",
     ] {
         assert!(out.contains(must), "{must:?} missing:\n{out}");
     }

@@ -137,6 +137,18 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
             "the naive lock must lose updates under {fault}: {naive}"
         );
     }
+    // Cut off from Redis, the unfenced lease's holder stops by `Lease::stopping` (the default stop
+    // rule) and its slow shutdown is over before anyone else holds the name.
+    for s in ["lease", "lease-fence"] {
+        let c = cells(&json, |c| c["strategy"] == s && c["fault"] == "partition")
+            .next()
+            .unwrap();
+        assert_eq!(c["status"], "ran", "{c}");
+        assert_eq!(c["stop_rule"], "in-time", "{c}");
+        assert!(c["faults_injected"].as_u64().unwrap() >= 1, "{c}");
+        assert_eq!(c["violations"], 0, "{c}");
+        assert_eq!(c["overlapping_holders"], 0, "{c}");
+    }
     // No strategy documented as safe ever leaves the lock unavailable.
     for c in cells(&json, |c| {
         c["safe_by_design"] == true && c["status"] == "ran"

@@ -115,6 +115,8 @@ pub enum WorkerRole {
     S2,
     /// The S3 process holding many leases.
     S3,
+    /// The S6 leader killed (SIGKILL) while a standby campaigns.
+    S6Leader,
 }
 
 /// Arguments of the hidden worker process that the benchmarks spawns (`leasehold __bench-worker`).
@@ -518,6 +520,8 @@ impl Bench<'_> {
 impl Bench<'_> {
     async fn s6(&self, report: &mut BenchReport) {
         let rounds = if self.args.quick { 20 } else { 100 };
+        // A kill round waits for a 2 s lease to run out.
+        let kill_rounds = if self.args.quick { 3 } else { 8 };
         let mut notes = Vec::new();
         let mut targets = Vec::new();
         match stores::redis().await {
@@ -538,10 +542,10 @@ impl Bench<'_> {
         }
         for target in &targets {
             progress(&format!(
-                "S6 {}: election hand-over vs lease hand-over, {rounds} rounds each",
+                "S6 {}: election hand-over vs lease hand-over, {rounds} rounds each; {kill_rounds} takeovers after kill -9 of the leader",
                 target.label
             ));
-            match s6::run(target, rounds).await {
+            match s6::run(target, rounds, kill_rounds, &self.worker_exe).await {
                 Ok(row) => report.elections.push(row),
                 Err(e) => {
                     report
@@ -602,6 +606,7 @@ pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<i32> {
             .await?
         }
         WorkerRole::S3 => s3::worker(&args.redis_url, &args.prefix, args.leases, opts).await?,
+        WorkerRole::S6Leader => s6::leader(&args.redis_url, &args.prefix, &args.name, opts).await?,
     }
     Ok(0)
 }

@@ -286,5 +286,36 @@ fn s6(r: &BenchReport) {
                 if row.terms_increased { "up" } else { "BROKEN" }
             );
         }
+        println!("\nS6 takeover: after resign (at most 2 round trips: the ratio above, in lease hand-overs; here also in protocol round trips) and after kill -9 of the leader (at most TTL + one round trip), ms");
+        println!(
+            "  {:<9} {:>10} {:>12} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8}",
+            "store",
+            "round trip",
+            "resign/trip",
+            "ttl",
+            "kills",
+            "kill p50",
+            "max",
+            "over ttl",
+            "bound"
+        );
+        for row in &r.elections {
+            println!(
+                "  {:<9} {:>10.2} {:>12.2} {:>6} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>8}",
+                row.store,
+                row.round_trip_ms,
+                row.resign_round_trips,
+                row.kill_ttl_ms,
+                row.kill_rounds,
+                row.kill_p50_ms,
+                row.kill_max_ms,
+                row.kill_over_ttl_ms,
+                if row.kill_within_ttl_and_round_trip && row.ratio <= 2.0 {
+                    "held"
+                } else {
+                    "MISSED"
+                }
+            );
+        }
     }
 }

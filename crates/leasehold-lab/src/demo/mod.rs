@@ -8,13 +8,15 @@
 //!
 //! Layout: [`stage`](self) (shared set-up, live timeline, worker processes), `naive` (scenes 1-3),
 //! `fenced` (scene 4), `guards` (scene 5), `failover` (scene 6: a real Sentinel failover), `redlock`
-//! (scene 7, on three masters of its own), `resource` (the SQLite counter), `worker` (the hidden
-//! `__demo-worker` process), `style` (colour or plain text).
+//! (scene 7, on three masters of its own), `election` (scene 8: a leader cut off from Redis stops
+//! before the hand-over, and its late write is refused), `resource` (the SQLite counter), `worker`
+//! (the hidden `__demo-worker` process), `style` (colour or plain text).
 
 use anyhow::Context as _;
 use std::path::PathBuf;
 use tokio::time::Instant;
 
+mod election;
 mod failover;
 mod fenced;
 mod guards;
@@ -37,11 +39,11 @@ pub struct DemoArgs {
     /// unique prefix and are deleted at the end.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
-    /// Run only this scene (1-7); repeat for several
+    /// Run only this scene (1-8); repeat for several
     ///
-    /// Run only this scene (1-7); repeat for several. Scene 6 starts its own Sentinel set (a
+    /// Run only this scene (1-8); repeat for several. Scene 6 starts its own Sentinel set (a
     /// primary, a replica and three sentinels) and scene 7 its own three Redis masters, also with
-    /// `--redis`.
+    /// `--redis`; scene 8 puts a proxy of its own between its leader and Redis.
     #[arg(long, value_name = "N", value_parser = scene_number)]
     pub scene: Vec<u8>,
     /// The `leasehold` binary the worker processes run (default: this executable).
@@ -52,10 +54,10 @@ pub struct DemoArgs {
 /// Arguments of the hidden worker process that the live demo spawns (`leasehold __demo-worker`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
-    /// Which holder to play: setnx, token, fenced or redlock
+    /// Which holder to play: setnx, token, fenced, redlock or elect
     ///
     /// Which holder to play: `setnx` (scene 1), `token` (scene 3), `fenced` (scene 4), `redlock`
-    /// (scene 7).
+    /// (scene 7), `elect` (scene 8).
     #[arg(long)]
     pub role: String,
     /// Redis URL.
@@ -94,7 +96,7 @@ pub(crate) struct Outcome {
     pub(crate) redis_commands: usize,
 }
 
-const SCENES: [(u8, &str); 7] = [
+const SCENES: [(u8, &str); 8] = [
     (1, "SETNX with no TTL: a crashed holder locks the resource forever"),
     (2, "TTL + bare DEL: a slow holder deletes the next holder's lock, and there are two holders"),
     (3, "Token + compare-and-delete: the release is safe, but a paused holder still writes stale data"),
@@ -102,6 +104,7 @@ const SCENES: [(u8, &str); 7] = [
     (5, "No lock at all: the database refuses duplicates, overselling and illegal transitions"),
     (6, "A real Sentinel failover loses a lease: two holders, and the fence refuses the stale one"),
     (7, "Redlock on three masters: it survives a crashed master, not a paused holder; the fence refuses the stale one"),
+    (8, "An election cut off from Redis: the leader's work is gone before the standby leads, and its late write is refused"),
 ];
 
 /// `--scene N`: one of the scenes this build has.
@@ -225,7 +228,8 @@ async fn play(st: &mut Stage, n: u8) -> bool {
         4 => fenced::fenced_paused_holder(st).await,
         5 => guards::database_guards(st).await,
         6 => failover::sentinel_failover_loses_a_lease(st).await,
-        _ => redlock::redlock_scene(st).await,
+        7 => redlock::redlock_scene(st).await,
+        _ => election::deposed_leader(st).await,
     };
     match outcome {
         Ok(o) => {
@@ -288,6 +292,7 @@ pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<i32> {
         "token" => worker::token_holder(args).await,
         "fenced" => fenced::worker(args).await,
         "redlock" => redlock::worker(args).await,
+        "elect" => election::worker(args).await,
         other => anyhow::bail!("unknown demo worker role `{other}`"),
     }
 }

@@ -74,6 +74,16 @@ impl Timeline {
         }
     }
 
+    /// A second timeline on the same clock, for a task of the scene's own (its Redis commands are
+    /// not counted in this one's).
+    pub(crate) fn twin(&self) -> Timeline {
+        Timeline {
+            start: self.start,
+            style: self.style,
+            redis_commands: 0,
+        }
+    }
+
     fn stamp(&self) -> String {
         format!("{:>6} ms", self.start.elapsed().as_millis())
     }
@@ -236,10 +246,20 @@ impl Stage {
         role: &str,
         args: &[(&str, String)],
     ) -> anyhow::Result<Worker> {
+        self.spawn_worker_at(&self.redis_url, role, args)
+    }
+
+    /// [`spawn_worker`](Self::spawn_worker) reaching Redis at `redis_url` (through a proxy).
+    pub(crate) fn spawn_worker_at(
+        &self,
+        redis_url: &str,
+        role: &str,
+        args: &[(&str, String)],
+    ) -> anyhow::Result<Worker> {
         let mut cmd = Command::new(&self.worker_exe);
         cmd.arg("__demo-worker")
             .args(["--role", role])
-            .args(["--redis", &self.redis_url]);
+            .args(["--redis", redis_url]);
         for (flag, value) in args {
             cmd.arg(format!("--{flag}")).arg(value);
         }

@@ -12,7 +12,7 @@ use super::rig::{spawn_worker, LockStory, LockUrls, Log, RunContext, WorkerProc,
 use super::store::redis::Servers;
 use super::strategy::Strategy;
 use super::timing::Timing;
-use super::worker::{lock_key, Event};
+use super::worker::{lock_key, Event, StopRule};
 use super::{Fault, Workload};
 
 /// Whether a cell ran, and if not, why.
@@ -66,6 +66,9 @@ pub struct CellResult {
     pub overlapping_holders: Option<u64>,
     /// Whether leasehold documents the strategy as safe (then any violation or stall fails the run).
     pub safe_by_design: bool,
+    /// Under `partition`, for a strategy with a leasehold lease: when the cut-off holder's long
+    /// critical section started to stop (`--stop-rule`); `null` otherwise.
+    pub stop_rule: Option<StopRule>,
     /// Why a cell did not run, or what went wrong.
     pub note: String,
     /// Wall time of the cell in milliseconds.
@@ -99,6 +102,7 @@ impl CellResult {
             refused_by_guard: 0,
             overlapping_holders: None,
             safe_by_design: strategy.safe_by_design(),
+            stop_rule: None,
             note,
             elapsed_ms: 0,
             timeline: None,
@@ -154,6 +158,9 @@ pub(crate) struct Cell<'a> {
     pub(crate) redis: Option<Servers>,
     /// The URL of the lease store when it is not Redis (a run-wide store's).
     pub(crate) lease_store: Option<String>,
+    /// Per worker slot, its own proxies to that store and the URL through them (a `partition`
+    /// cell's; empty otherwise, the workers then reach the store directly).
+    pub(crate) store_links: Vec<StoreLink>,
     /// The run's timings as they apply to this cell's strategy ([`Timing::for_strategy`]).
     pub(crate) timing: Timing,
     pub(crate) notes: Vec<String>,
@@ -175,6 +182,43 @@ pub(crate) struct Cell<'a> {
     pub(crate) evicted_locks: u32,
     /// Filler keys the `eviction` injections wrote.
     pub(crate) fillers: u64,
+}
+
+/// One worker's way to a run-wide store: a proxy per address in the store's URL, and the URL with
+/// those addresses replaced by the proxies'.
+#[derive(Debug)]
+pub(crate) struct StoreLink {
+    pub(crate) url: String,
+    pub(crate) proxies: Vec<leasehold_testkit::Proxy>,
+}
+
+impl StoreLink {
+    /// Puts a proxy in front of every `127.0.0.1:PORT` in `url` (a PostgreSQL or MariaDB server's
+    /// one, each member of an etcd cluster).
+    pub(crate) async fn open(url: &str) -> anyhow::Result<Self> {
+        const HOST: &str = "127.0.0.1:";
+        let mut out = String::new();
+        let mut proxies = Vec::new();
+        let mut rest = url;
+        while let Some(at) = rest.find(HOST) {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + HOST.len()..];
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            let port: u16 = after[..digits]
+                .parse()
+                .map_err(|_| anyhow::anyhow!("no port after {HOST} in the lease store's URL"))?;
+            let proxy = leasehold_testkit::Proxy::start(([127, 0, 0, 1], port).into()).await?;
+            out.push_str(&format!("{HOST}{}", proxy.port()));
+            proxies.push(proxy);
+            rest = &after[digits..];
+        }
+        out.push_str(rest);
+        anyhow::ensure!(
+            !proxies.is_empty(),
+            "the lease store's URL names no 127.0.0.1 address to put a proxy in front of"
+        );
+        Ok(Self { url: out, proxies })
+    }
 }
 
 /// A lock the harness saw held with no expiry.
@@ -203,7 +247,10 @@ impl Cell<'_> {
             slot,
             LockUrls {
                 redis: urls,
-                lease_store: self.lease_store.as_deref(),
+                lease_store: match self.store_links.get(slot as usize) {
+                    Some(link) => Some(link.url.as_str()),
+                    None => self.lease_store.as_deref(),
+                },
             },
             self.timing,
             start_op,
@@ -312,5 +359,38 @@ impl Cell<'_> {
             }
         }
         Some(slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreLink;
+
+    #[tokio::test]
+    async fn a_store_link_puts_a_proxy_in_front_of_every_address_of_the_url() {
+        let link = StoreLink::open("etcd://127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379")
+            .await
+            .unwrap();
+        assert_eq!(link.proxies.len(), 3);
+        let ports: Vec<String> = link
+            .proxies
+            .iter()
+            .map(|p| format!("127.0.0.1:{}", p.port()))
+            .collect();
+        assert_eq!(link.url, format!("etcd://{}", ports.join(",")));
+        let pg = StoreLink::open("postgres://postgres@127.0.0.1:5432/postgres")
+            .await
+            .unwrap();
+        assert_eq!(
+            pg.url,
+            format!(
+                "postgres://postgres@127.0.0.1:{}/postgres",
+                pg.proxies[0].port()
+            )
+        );
+        let err = StoreLink::open("postgres://db.example/x")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("127.0.0.1"), "{err}");
     }
 }

@@ -6,9 +6,9 @@
 //! Sentinel set, a Cluster; or a store the harness runs for the whole run, such as a PostgreSQL
 //! server or a three-member etcd cluster) and a real SQL database, injects the fault for real
 //! (SIGSTOP, SIGKILL, a Redis restart, a failover, a proxy that delays, cuts or swallows the
-//! traffic, a jump of a Redis server's wall clock, a Redlock master killed or restarted, a Sentinel
-//! or Cluster failover that loses the lock's write, a lease store restarted or one of its members
-//! killed), several times per cell, and counts invariant violations from what the database
+//! traffic, one holder cut off from its lease store, a jump of a Redis server's wall clock, a
+//! Redlock master killed or restarted, a Sentinel or Cluster failover that loses the lock's write,
+//! a lease store restarted or one of its members killed), several times per cell, and counts invariant violations from what the database
 //! accepted, and lock waits that never ended (a lock nobody frees). Limit: a cell with 0 violations
 //! shows the bug did not happen in this run, not that it cannot; only the strategies documented as
 //! safe by design are expected to stay at 0 always.
@@ -52,6 +52,7 @@ pub use cell::{CellResult, CellStatus};
 pub use faults::{StoreFault, FAULTS};
 pub use store::Store;
 pub use strategy::{Lock, Strategy};
+pub use worker::StopRule;
 
 /// What the workers do to the resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -91,6 +92,8 @@ pub enum Fault {
     NetCut,
     /// `net-blackhole`.
     NetBlackhole,
+    /// `partition`.
+    Partition,
     /// `clock-jump`.
     ClockJump,
     /// `node-kill`.
@@ -129,6 +132,7 @@ impl Fault {
             Fault::NetDelay => ("net-delay", "The network between one holder and Redis gets slower than the lease"),
             Fault::NetCut => ("net-cut", "The network between one holder and Redis is cut for longer than the lease: connections closed"),
             Fault::NetBlackhole => ("net-blackhole", "The network between one holder and Redis swallows everything for longer than the lease: connections stay open and silent, then resume"),
+            Fault::Partition => ("partition", "The holder's connection to its lease store swallows everything for longer than the lease while the store stays up for the others (on every store: Redis, Redlock's masters, PostgreSQL, MariaDB, etcd); the holder's critical section is long and stops by its stop rule (--stop-rule), then takes a slow shutdown (60% of the longest its lease allows) before its write"),
             Fault::ClockJump => ("clock-jump", "The Redis server's wall clock jumps forward past the lease TTL while the lease is held. On Redlock, the schedule of the Redlock debate: the holder's lease on a bare majority (its link to the third master cut during its acquire), one master of that majority jumps, and a second client reaches a majority through it"),
             Fault::NodeKill => ("node-kill", "Redlock: one of the three masters is killed while the lease is held, stays down for the fault window, and comes back empty"),
             Fault::NodeRestart => ("node-restart", "Redlock: one of the three masters is restarted empty while the lease is held"),
@@ -167,7 +171,7 @@ macro_rules! display_as_value_enum {
         }
     )*};
 }
-display_as_value_enum!(Workload, Fault, Strategy);
+display_as_value_enum!(Workload, Fault, Strategy, StopRule);
 
 /// Command-line arguments of `leasehold verify`.
 #[derive(Debug, Clone, clap::Args)]
@@ -217,6 +221,15 @@ pub struct VerifyArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50),
           long_help = format!("Fault injections per cell (default: 1 with --quick, else 5)\n\nFault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and Cluster failovers and for the strategies on {}).", run_wide_names("and")))]
     pub injections: Option<u32>,
+    /// When a lease holder's long critical section starts to stop under `partition`
+    ///
+    /// When a lease holder's long critical section starts to stop under the `partition` fault:
+    /// `in-time` when `Lease::stopping(grace)` says so, the grace being the longest shutdown the
+    /// lease allows (its shutdown and write done by `Lease::stop_by`, before the store may hand the
+    /// name on), `at-loss` when the lease is lost at its deadline (the old rule,
+    /// whose shutdown runs past the hand-over). The other faults do not use it.
+    #[arg(long, value_enum, default_value_t = StopRule::InTime)]
+    pub stop_rule: StopRule,
     /// The executable to spawn workers from (default: this program). For tests.
     #[arg(long, hide = true, value_name = "PATH")]
     pub worker_exe: Option<PathBuf>,
@@ -226,7 +239,7 @@ pub struct VerifyArgs {
 fn quick_help() -> String {
     let stores = run_wide_names("and");
     format!(
-        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nA short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload under the pause fault (the strategies on {stores} on the counter only), and every fault on the counter workload, one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
+        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nA short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload under the pause fault (the strategies on {stores} and the elections on the counter only), and every fault on the counter workload (the elections under the pause only, the partition on lease and lease-fence only), one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
     )
 }
 
@@ -263,6 +276,7 @@ impl Default for VerifyArgs {
             workers: 3,
             ttl_ms: 200,
             injections: None,
+            stop_rule: StopRule::InTime,
             worker_exe: None,
         }
     }
@@ -315,6 +329,9 @@ pub struct WorkerArgs {
     /// The first operation number (a replacement worker continues where the killed one stopped).
     #[arg(long, default_value_t = 0)]
     pub start_op: u64,
+    /// When a long critical section (the harness's `long`) starts to stop.
+    #[arg(long, value_enum, default_value_t = StopRule::InTime)]
+    pub stop_rule: StopRule,
 }
 
 /// Runs `leasehold verify`; returns the process exit code: 0 when every strategy documented as safe

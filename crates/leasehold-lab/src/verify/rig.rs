@@ -17,7 +17,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use super::store::LeaseStores;
 use super::strategy::Strategy;
 use super::timing::Timing;
-use super::worker::{now_ms, Event};
+use super::worker::{now_ms, Event, StopRule};
 use super::Workload;
 
 /// Everything shared by the cells of one run.
@@ -29,6 +29,8 @@ pub(crate) struct RunContext {
     pub(crate) user_redis: Option<String>,
     pub(crate) workers: u32,
     pub(crate) timing: Timing,
+    /// When a long critical section starts to stop (`--stop-rule`).
+    pub(crate) stop_rule: StopRule,
     /// The run-wide lease stores (`store::RUN_WIDE`), each started at its first cell.
     pub(crate) stores: LeaseStores,
     /// Keeps the default SQLite file alive for the run.
@@ -210,6 +212,7 @@ pub(crate) async fn spawn_worker(
         .args(["--ttl-ms", &timing.ttl.as_millis().to_string()])
         .args(["--stall-ms", &timing.stall_after.as_millis().to_string()])
         .args(["--start-op", &start_op.to_string()])
+        .args(["--stop-rule", &ctx.stop_rule.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -217,6 +217,12 @@ impl Strategy {
         self.lock != Lock::Guards
     }
 
+    /// Whether the lock is a leasehold lease (on one deployment, Redlock's masters, a run-wide store,
+    /// or an election's): what can say when its holder must stop.
+    pub fn leased(self) -> bool {
+        matches!(self.lock, Lock::Lease | Lock::Redlock | Lock::Election)
+    }
+
     /// Whether the lock is a Redlock lease over three masters (else one deployment, or none).
     pub fn redlock(self) -> bool {
         self.lock == Lock::Redlock
@@ -228,8 +234,14 @@ impl Strategy {
         self.lock == Lock::Lease && self.store == Some(Store::REDIS)
     }
 
-    /// Whether the lock is an election's leadership (its cells run the counter under a pause:
-    /// an election is a lease, whose other faults are the lease's cells).
+    /// Whether the lock is a leasehold lease or election on one Redis deployment: what speaks
+    /// Sentinel and Cluster URLs, so what the Sentinel and Cluster failovers apply to.
+    pub fn single_deployment(self) -> bool {
+        self.single_lease() || (self.election() && self.store == Some(Store::REDIS))
+    }
+
+    /// Whether the lock is an election's leadership (its cells run the counter only: its lease's
+    /// behaviour does not depend on the workload).
     pub fn election(self) -> bool {
         self.lock == Lock::Election
     }

@@ -3,7 +3,9 @@
 //!
 //! Protocol. stdout: one [`Event`] per line. stdin: `hold` (stop at the next hold point, say
 //! [`Event::Held`], and wait), `unhold` (forget a `hold` not yet reached), `go` (continue after a
-//! hold), `stop` (finish the current operation, or give up a lock wait, and exit). The harness never
+//! hold), `long` (continue after a hold into a long critical section that ends when the worker's
+//! stop rule says so, or at the next `go`, and then takes a slow shutdown before its write: the
+//! `partition` fault), `stop` (finish the current operation, or give up a lock wait, and exit). The harness never
 //! trusts a worker's word about what was written: the resource's history is the record; the events
 //! only give the lease intervals, the refusals and the stalled lock waits for the report.
 
@@ -14,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use leasehold::lease::{Lease, LeaseClient, LeaseKeys, LeaseOptions};
 
@@ -41,6 +43,14 @@ pub(crate) enum Event {
     },
     /// Stopped at the hold point inside the critical section, as the harness asked.
     Held { op: u64 },
+    /// A long critical section (`long`) was told to stop, by its stop rule (`why` the lease's
+    /// signal) or by the harness's `go` (`why` "go"), and starts its shutdown of `shutdown_ms`.
+    Stopping {
+        op: u64,
+        at_ms: i64,
+        shutdown_ms: u64,
+        why: String,
+    },
     /// What the resource answered to our write.
     Wrote {
         op: u64,
@@ -97,7 +107,11 @@ struct Control {
     hold_next: AtomicBool,
     /// Set once by `stop` (or a closed stdin); a lock wait gives up when it is.
     stop: watch::Sender<bool>,
-    go: Notify,
+    /// Bumped by each `go` or `long` (and a closed stdin): a hold waits for the next bump, so a
+    /// `go` that arrives when nothing is held is not kept for a later hold.
+    go: watch::Sender<u64>,
+    /// Set by `long` just before its bump: the held section goes on as a long one.
+    long: AtomicBool,
 }
 
 impl Control {
@@ -389,6 +403,64 @@ impl Locker {
     }
 }
 
+/// The rest of a long critical section (the `partition` fault's target): it runs until it is told
+/// to stop, by `rule` on its lease or by the harness's next `go` (the only word a strategy without
+/// a lease gets), then takes a slow shutdown, [`slow_shutdown`] of its lease, before the write
+/// that follows it (a flush, a checkpoint). Under [`StopRule::InTime`] it asks
+/// [`Lease::stopping`] for the longest shutdown the lease allows, its grace: the shutdown and the
+/// write together must fit in it.
+async fn long_section(
+    rule: StopRule,
+    lease: Option<&Lease>,
+    go: &mut watch::Receiver<u64>,
+    op: u64,
+) {
+    let shutdown = lease.map_or(Duration::ZERO, |l| slow_shutdown(l.options()));
+    // What it is told to fit its shutdown in: the longest the lease allows (its grace), of which
+    // the shutdown takes 60%, the rest left for the write that follows.
+    let grace = lease.map_or(Duration::ZERO, |l| l.options().longest_shutdown());
+    let told = async {
+        match (lease, rule) {
+            (Some(lease), StopRule::InTime) => lease.stopping(grace).await.to_string(),
+            (Some(lease), StopRule::AtLoss) => {
+                format!("lost: {}", lease.lost().fired().await)
+            }
+            // Nothing to watch: wait for the harness.
+            (None, _) => std::future::pending().await,
+        }
+    };
+    let why = tokio::select! {
+        why = told => why,
+        _ = go.changed() => "go".to_owned(),
+    };
+    emit(&Event::Stopping {
+        op,
+        at_ms: now_ms(),
+        shutdown_ms: shutdown.as_millis() as u64,
+        why,
+    });
+    tokio::time::sleep(shutdown).await;
+}
+
+/// The shutdown of a long critical section: 60% of the longest its lease allows
+/// ([`LeaseOptions::longest_shutdown`]), the rest left for the write itself.
+pub(crate) fn slow_shutdown(opts: &LeaseOptions) -> Duration {
+    opts.longest_shutdown() * 6 / 10
+}
+
+/// When a long critical section starts to stop (`--stop-rule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopRule {
+    /// When [`Lease::stopping`] says so for its shutdown: early enough to be done by
+    /// [`Lease::stop_by`], before the store may hand the name on (the rule since the stop before
+    /// the hand-over).
+    InTime,
+    /// When the lease is lost at its deadline (the old rule): its shutdown then runs past the
+    /// moment the store may hand the name on.
+    AtLoss,
+}
+
 /// The polling locks' pause between two tries.
 async fn backoff() {
     let jitter = rand::random::<u64>() % 5;
@@ -426,7 +498,8 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let control = Arc::new(Control {
         hold_next: AtomicBool::new(false),
         stop: watch::channel(false).0,
-        go: Notify::new(),
+        go: watch::channel(0).0,
+        long: AtomicBool::new(false),
     });
     let reader = control.clone();
     // A plain thread: blocking reads of stdin must not occupy the async runtime.
@@ -436,7 +509,11 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
                 Ok(line) => match line.trim() {
                     "hold" => reader.hold_next.store(true, Ordering::SeqCst),
                     "unhold" => reader.hold_next.store(false, Ordering::SeqCst),
-                    "go" => reader.go.notify_one(),
+                    "go" => reader.go.send_modify(|n| *n += 1),
+                    "long" => {
+                        reader.long.store(true, Ordering::SeqCst);
+                        reader.go.send_modify(|n| *n += 1);
+                    }
                     "stop" => {
                         reader.stop.send_replace(true);
                     }
@@ -446,7 +523,7 @@ pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
             }
         }
         reader.stop.send_replace(true);
-        reader.go.notify_one();
+        reader.go.send_modify(|n| *n += 1);
     });
     emit(&Event::Ready);
     let work = Duration::from_millis(args.work_ms);
@@ -538,7 +615,11 @@ async fn one_op(
             },
         });
     }
-    let result = critical_section(args, writers, control, op, work, fence).await;
+    let lease = match &held {
+        Held::Lease(lease) => Some(lease),
+        _ => None,
+    };
+    let result = critical_section(args, writers, control, lease, op, work, fence).await;
     if locked {
         // The holder's own view ends when it sends the release, not when the reply arrives.
         let at_ms = now_ms();
@@ -557,6 +638,7 @@ async fn critical_section(
     args: &WorkerArgs,
     writers: &Writers,
     control: &Control,
+    lease: Option<&Lease>,
     op: u64,
     work: Duration,
     fence: i64,
@@ -583,8 +665,14 @@ async fn critical_section(
     // The harness's faults land here: inside the critical section, after the read, before a write
     // that depends on it (an operation with nothing to write cannot be hurt, so it does not stop).
     if !matches!(plan, Plan::Skip) && control.hold_next.swap(false, Ordering::SeqCst) {
+        let mut go = control.go.subscribe();
+        go.borrow_and_update();
         emit(&Event::Held { op });
-        control.go.notified().await;
+        // Fails only when the sender is gone, and `control` owns it.
+        let _ = go.changed().await;
+        if control.long.swap(false, Ordering::SeqCst) {
+            long_section(args.stop_rule, lease, &mut go, op).await;
+        }
     }
     tokio::time::sleep(work).await;
     let outcome = match (fenced, guards) {

@@ -18,11 +18,13 @@
 //! replicas (`node-restart` and `node-kill` are their Redlock forms), and the Redlock faults are
 //! not applicable to the single-server strategies. The network faults hit all of the target's
 //! links (on Redlock, its three proxies). `sentinel-failover` and `cluster-failover` apply to the
-//! leases on one deployment (`lease`, `lease-fence`); the hand-made locks speak to one `redis://`
-//! server only. The strategies on a run-wide store take `none`, `pause`, `kill` and their own
-//! store's faults, which act on the store the harness runs for the whole run (`LeaseStores`); no
-//! Redis fault applies to them, the network faults included (their store is reached directly, not
-//! through the proxies).
+//! leases and elections on one deployment (`lease`, `lease-fence`, `election`, `election-fence`);
+//! the hand-made locks speak to one `redis://` server only. `partition` applies to every strategy
+//! with a lock, wherever it lives (not to `db-guards`). The strategies on a run-wide store take
+//! `none`, `pause`, `kill`, `partition` and their own store's faults, which act on the store the
+//! harness runs for the whole run (`LeaseStores`); no Redis fault applies to them, the network
+//! faults included (their store is reached directly, not through the proxies, except in a
+//! `partition` cell, which puts a proxy per worker in front of it).
 
 mod clock_jump;
 mod cluster_failover;
@@ -61,6 +63,7 @@ pub const FAULTS: &[Fault] = &[
     Fault::NetDelay,
     Fault::NetCut,
     Fault::NetBlackhole,
+    Fault::Partition,
     Fault::ClockJump,
     Fault::NodeKill,
     Fault::NodeRestart,
@@ -127,6 +130,9 @@ pub(crate) struct Needs {
     pub(crate) redlock: bool,
     /// What it runs on, for the single-server strategies.
     pub(crate) deployment: Deployment,
+    /// It acts on the holder's own connection to its lock, wherever that lock lives: not
+    /// applicable without a lock.
+    pub(crate) holder_link: bool,
     /// It acts on this run-wide lease store, and what it does there (for the note of a cell it
     /// does not apply to).
     pub(crate) store: Option<(Store, &'static str)>,
@@ -173,6 +179,10 @@ impl Fault {
         match self {
             Fault::None | Fault::Pause | Fault::Kill => any,
             Fault::NetDelay | Fault::NetCut | Fault::NetBlackhole => redis,
+            Fault::Partition => Needs {
+                holder_link: true,
+                ..any
+            },
             Fault::RedisRestart | Fault::Eviction => one_server,
             Fault::Failover => Needs {
                 replica: true,
@@ -202,8 +212,9 @@ impl Fault {
     }
 
     /// Injections in a cell of this fault with timings `t`.
+    /// A `partition` takes as many as the slow failovers: its window is two 2 s leases.
     pub(crate) fn injections(self, t: &Timing) -> u32 {
-        t.injections(self.slow())
+        t.injections(self.slow() || self == Fault::Partition)
     }
 
     /// An estimate of one cell's wall time, for the announcement: the timeline plus what starting
@@ -211,7 +222,7 @@ impl Fault {
     /// Cluster takes seconds to start, and each of its failovers seconds more). A store restart or
     /// an etcd member's restart takes about a second.
     pub(crate) fn estimate(self, timing: &Timing, strategy: Strategy) -> Duration {
-        let t = timing.for_strategy(strategy);
+        let t = timing.for_fault(self, strategy);
         let (start, per_injection) = if self.slow() {
             (Duration::from_secs(4), Duration::from_secs(5))
         } else if self.needs().store.is_some() {
@@ -234,6 +245,11 @@ pub(crate) fn applicability(
     user_redis: bool,
 ) -> Option<(CellStatus, String)> {
     let needs = fault.needs();
+    if needs.holder_link && !strategy.locks() {
+        return not_applicable(
+            "no lock, so no connection to a lock store to cut the holder off from",
+        );
+    }
     if let Some((store, what)) = needs.store {
         if strategy.store() != Some(store) {
             return not_applicable(&format!("{what}; this strategy takes no lease there"));
@@ -250,7 +266,7 @@ fn on_run_wide_store(fault: Fault, needs: Needs, store: Store) -> Option<(CellSt
     let name = store.name();
     if matches!(fault, Fault::NetDelay | Fault::NetCut | Fault::NetBlackhole) {
         return not_applicable(&format!(
-            "the network faults act on the proxies in front of Redis; the {name} lease store is reached directly"
+            "the network faults act on the proxies in front of Redis; the {name} lease store is reached directly (`partition` is the fault of the holder's link to it)"
         ));
     }
     if needs.redis {
@@ -280,11 +296,6 @@ fn on_redis(
     if needs.redis && !strategy.uses_redis() {
         return not_applicable("this strategy uses no Redis");
     }
-    if strategy.election() && !matches!(fault, Fault::None | Fault::Pause) {
-        return not_applicable(
-            "an election is a lease with a leader record; its other faults are the lease's cells",
-        );
-    }
     if strategy.redlock() && !needs.redlock {
         return not_applicable(match fault {
             Fault::RedisRestart => "one server restarted; node-restart is its Redlock form",
@@ -300,7 +311,7 @@ fn on_redis(
             "a fault of one Redlock master among three; redis-restart is its single-server form",
         );
     }
-    if needs.deployment != Deployment::Standalone && !strategy.single_lease() {
+    if needs.deployment != Deployment::Standalone && !strategy.single_deployment() {
         return not_applicable(
             "the hand-made locks speak to one redis:// server; Sentinel and Cluster need a client that follows the primary",
         );
@@ -339,6 +350,7 @@ impl Cell<'_> {
             | Fault::NetDelay
             | Fault::NetCut
             | Fault::NetBlackhole
+            | Fault::Partition
             | Fault::NodeKill
             | Fault::NodeRestart
             | Fault::Store(_) => Ok(()),
@@ -363,6 +375,7 @@ impl Cell<'_> {
             | Fault::NetDelay
             | Fault::NetCut
             | Fault::NetBlackhole
+            | Fault::Partition
             | Fault::NodeKill
             | Fault::NodeRestart
             | Fault::Store(_) => {}
@@ -385,6 +398,7 @@ impl Cell<'_> {
             Fault::NetDelay => network::delay(self, slot).await?,
             Fault::NetCut => network::cut(self, slot).await?,
             Fault::NetBlackhole => network::blackhole(self, slot).await?,
+            Fault::Partition => network::partition(self, slot).await?,
             Fault::ClockJump => clock_jump::inject(self, slot).await?,
             Fault::NodeKill => redlock_node::kill(self).await?,
             Fault::NodeRestart => redlock_node::restart(self).await?,
@@ -420,7 +434,8 @@ mod tests {
             let na = applicability(*f, Strategy::DB_GUARDS, false);
             assert_eq!(
                 na.map(|n| n.0),
-                (needs.redis || needs.store.is_some()).then_some(CellStatus::NotApplicable),
+                (needs.redis || needs.store.is_some() || needs.holder_link)
+                    .then_some(CellStatus::NotApplicable),
                 "{f}"
             );
             for s in [Strategy::LEASE, Strategy::REDLOCK] {
@@ -479,6 +494,19 @@ mod tests {
                 "{f}"
             );
         }
+        // An election is a lease on one deployment: it takes every fault the lease takes.
+        for f in FAULTS {
+            for (lease, election) in [
+                (Strategy::LEASE, Strategy::ELECTION),
+                (Strategy::LEASE_FENCE, Strategy::ELECTION_FENCE),
+            ] {
+                assert_eq!(na(*f, lease), na(*f, election), "{f} {election}");
+            }
+        }
+        // The partition cuts the holder off from whichever store its lock is on.
+        for s in Strategy::value_variants() {
+            assert_eq!(na(Fault::Partition, *s), !s.locks(), "{s}");
+        }
         // Each lease-store fault acts on the store its file names.
         let store_of = |name: &str| {
             FAULTS
@@ -509,8 +537,10 @@ mod tests {
         assert_eq!(on_stores.len(), 2 * RUN_WIDE.len());
         for s in on_stores {
             for f in FAULTS {
-                let applies =
-                    matches!(f, Fault::None | Fault::Pause | Fault::Kill) || on_its_store(*f, s);
+                let applies = matches!(
+                    f,
+                    Fault::None | Fault::Pause | Fault::Kill | Fault::Partition
+                ) || on_its_store(*f, s);
                 assert_eq!(!na(*f, s), applies, "{f} {s}");
                 // Their stores are the harness's own whatever Redis is given.
                 if applies {

@@ -44,13 +44,17 @@ impl Cell<'_> {
         }
     }
 
-    /// Worker `slot`'s links to Redis: its one proxy, or its proxies to the three Redlock masters.
+    /// Worker `slot`'s links to its lock store: its one proxy to Redis, or its proxies to the three
+    /// Redlock masters, or its proxies to a run-wide store (a `partition` cell's).
     pub(super) fn links(&mut self, slot: u32) -> anyhow::Result<Vec<&Proxy>> {
         let i = slot as usize;
         Ok(match self.redis.as_ref() {
             Some(Servers::One(r)) => vec![&r.proxies[i]],
             Some(Servers::Redlock(r)) => r.links[i].iter().collect(),
-            _ => anyhow::bail!("this fault needs a Redis reached through the harness's proxies"),
+            None if self.store_links.len() > i => self.store_links[i].proxies.iter().collect(),
+            _ => {
+                anyhow::bail!("this fault needs a lock store reached through the harness's proxies")
+            }
         })
     }
 

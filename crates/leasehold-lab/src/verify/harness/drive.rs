@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::super::cell::{Cell, CellResult, FaultWindow};
+use super::super::cell::{Cell, CellResult, FaultWindow, StoreLink};
 use super::super::resource::fenced::Fenced;
 use super::super::resource::guards::Guards;
 use super::super::resource::{Dialect, Resource};
@@ -106,6 +106,14 @@ async fn open_cell<'a>(
         None
     };
     let lease_store = ctx.stores.url_for(strategy.store()).await?;
+    // The partition cuts one holder off from a store the others still reach: each worker goes
+    // through proxies of its own.
+    let mut store_links = Vec::new();
+    if let (Fault::Partition, Some(url)) = (fault, lease_store.as_deref()) {
+        for _ in 0..ctx.workers {
+            store_links.push(StoreLink::open(url).await?);
+        }
+    }
     Ok(Cell {
         ctx,
         spec,
@@ -113,7 +121,8 @@ async fn open_cell<'a>(
         workers: Vec::new(),
         redis,
         lease_store,
-        timing: ctx.timing.for_strategy(strategy),
+        store_links,
+        timing: ctx.timing.for_fault(fault, strategy),
         notes: Vec::new(),
         replication_cut_ms: None,
         failover_ms: None,

@@ -79,6 +79,7 @@ fn context(args: &VerifyArgs) -> anyhow::Result<RunContext> {
         user_redis: args.redis.clone(),
         workers: args.workers,
         timing: Timing::new(args),
+        stop_rule: args.stop_rule,
         stores: LeaseStores::default(),
         _tmp: tmp,
     })

@@ -46,6 +46,25 @@ pub(super) fn plan(args: &VerifyArgs) -> Vec<(Workload, Fault, Strategy)> {
                 {
                     continue;
                 }
+                // A partition's cells run the counter only: what it tests is when the cut-off
+                // holder stops (its stop rule), which does not depend on the workload; each takes
+                // seconds (two leases of 2 s per window).
+                if f == Fault::Partition && args.workload.is_empty() && w != Workload::Counter {
+                    continue;
+                }
+                if args.quick && args.fault.is_empty() && args.strategy.is_empty() {
+                    // The quick run's elections keep to the pause (their other faults are the
+                    // full run's), and its partition to one lease, unfenced and fenced (the other
+                    // strategies' partitions are the full run's and `verify_partition`'s).
+                    if s.election() && f != Fault::Pause {
+                        continue;
+                    }
+                    if f == Fault::Partition
+                        && ![Strategy::LEASE, Strategy::LEASE_FENCE].contains(&s)
+                    {
+                        continue;
+                    }
+                }
                 cells.push((w, f, s));
             }
         }
@@ -128,13 +147,18 @@ mod tests {
             .filter(|s| s.election())
             .count();
         assert_eq!(elections, 2);
+        // The elections' cells and the partition's are the counter's only.
+        let faults = Fault::value_variants().len();
+        let strategies = Strategy::value_variants().len();
         assert_eq!(
             cells.len(),
-            Workload::value_variants().len()
-                * Fault::value_variants().len()
-                * (Strategy::value_variants().len() - elections)
-                + Fault::value_variants().len() * elections
+            Workload::value_variants().len() * (faults - 1) * (strategies - elections)
+                + (faults - 1) * elections
+                + strategies
         );
+        assert!(cells
+            .iter()
+            .all(|c| c.1 != Fault::Partition || c.0 == Workload::Counter));
         let t = Timing::new(&args);
         assert_eq!(Fault::Pause.injections(&t), 5);
         assert_eq!(Fault::SentinelFailover.injections(&t), 2);
@@ -155,12 +179,13 @@ mod tests {
         {
             assert_eq!(Fault::Pause.injections(&t.for_strategy(*s)), 2, "{s}");
         }
-        // And the announced estimate stays inside 37 minutes. It is pessimistic for the Redis
+        // And the announced estimate stays inside 45 minutes (37 before the partition's cells and
+        // the elections' cells under every fault; docs/verification.md has what they add). It is pessimistic for the Redis
         // cells (the last full run took 20 min 35 s where 27 minutes were announced for them) and
         // less so for the PostgreSQL and etcd cells (4 min 40 s measured, about 7 minutes
         // announced) and the MariaDB cells (63 s measured, 107 s announced), so the run itself
         // stays inside half an hour (docs/verification.md has the figures).
         let estimate: Duration = runnable(&cells).iter().map(|c| c.1.estimate(&t, c.2)).sum();
-        assert!(estimate < Duration::from_secs(37 * 60), "{estimate:?}");
+        assert!(estimate < Duration::from_secs(45 * 60), "{estimate:?}");
     }
 }

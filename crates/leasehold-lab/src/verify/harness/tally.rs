@@ -27,6 +27,8 @@ struct Tally {
     /// How many of those found the lock held with no expiry.
     no_expiry_stalls: u64,
     failures: u64,
+    /// Why each long critical section (`partition`) started to stop: the lease's signal, or "go".
+    stopped_by: Vec<String>,
 }
 
 impl Tally {
@@ -61,6 +63,7 @@ impl Tally {
                     }
                 }
                 Event::Failed { .. } => t.failures += 1,
+                Event::Stopping { why, .. } => t.stopped_by.push(why.clone()),
                 Event::Held { .. } | Event::Exit { .. } => {}
             }
         }
@@ -153,6 +156,7 @@ pub(super) fn result(
         refused_by_guard: tally.guarded,
         overlapping_holders: strategy.locks().then_some(overlap_pairs),
         safe_by_design: strategy.safe_by_design(),
+        stop_rule: (fault == Fault::Partition && strategy.leased()).then_some(cell.ctx.stop_rule),
         note,
         elapsed_ms: 0,
         timeline: Some(timeline),
@@ -183,6 +187,23 @@ fn notes(cell: &mut Cell<'_>, fault: Fault, tally: &Tally) -> Vec<String> {
             "{} of {injected} member kills hit the etcd leader",
             cell.leaders_killed
         ));
+    }
+    if fault == Fault::Partition && !tally.stopped_by.is_empty() {
+        let go = tally.stopped_by.iter().filter(|w| *w == "go").count();
+        let told = tally.stopped_by.len() - go;
+        let mut note = format!(
+            "the cut-off holder's long section started its slow shutdown {told} times on its lease's word ({})",
+            cell.ctx.stop_rule
+        );
+        if go > 0 {
+            note.push_str(&format!(
+                ", {go} at the end of the window (no word from a lease)"
+            ));
+        }
+        if let Some(first) = tally.stopped_by.iter().find(|w| *w != "go") {
+            note.push_str(&format!("; first: {first}"));
+        }
+        notes.push(note);
     }
     if fault == Fault::Eviction && injected > 0 {
         notes.push(format!(

@@ -5,7 +5,8 @@
 //! Redlock's three masters, a Sentinel set, a Cluster), behind the harness's proxies. Every other
 //! store is *run-wide*: started once per run, at its first cell, and shared by the cells after it
 //! ([`LeaseStores`]), each cell's leases under its own key prefix. Limit: the run-wide stores are
-//! reached directly, not through a proxy, so no network fault reaches them.
+//! reached directly, not through a proxy, so no network fault reaches them, except in a
+//! `partition` cell, which puts a proxy per worker in front of its store (`cell::StoreLink`).
 //!
 //! Adding a run-wide store: a file beside this one declaring its [`RunWide`] (its name, what must be
 //! installed and whether it is, its shortest lease, how it starts, its two strategies' names, how

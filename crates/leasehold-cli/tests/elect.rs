@@ -13,6 +13,7 @@ use nix::unistd::Pid;
 
 mod cli_support;
 
+use cli_support::http::{free_addr, get};
 use cli_support::{eventually, leasehold, wait_with_timeout};
 
 fn output(redis: &RedisServer, args: &[&str]) -> Output {
@@ -147,31 +148,6 @@ fn one_leader_hands_over_at_once_and_a_standby_campaigns_again() {
 }
 
 /// A free loopback port (bound and released: a tiny race, fine for a test).
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-/// `GET path` on `addr`: the status code and the body.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body)
-}
-
 #[test]
 fn health_endpoints_tell_the_leader_from_a_standby() {
     let redis = RedisServer::start().unwrap();
@@ -197,14 +173,14 @@ fn health_endpoints_tell_the_leader_from_a_standby() {
     assert!(eventually(Duration::from_secs(5), || {
         std::net::TcpStream::connect(&hb).is_ok()
     }));
-    let (code, body) = http_get(&ha, "/leader");
+    let (code, body) = get(&ha, "/leader");
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
     assert_eq!(
         (v["self"].clone(), v["value"].clone()),
         (true.into(), "a:8080".into())
     );
-    let (code, body) = http_get(&hb, "/leader");
+    let (code, body) = get(&hb, "/leader");
     assert_eq!(code, 503, "the standby does not lead: {body}");
     let v: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
     assert_eq!(
@@ -212,16 +188,13 @@ fn health_endpoints_tell_the_leader_from_a_standby() {
         (false.into(), "a:8080".into())
     );
     for addr in [&ha, &hb] {
-        let (code, body) = http_get(addr, "/healthz");
+        let (code, body) = get(addr, "/healthz");
         assert_eq!(code, 200, "{addr}: {body}");
     }
-    assert_eq!(http_get(&ha, "/nothing").0, 404);
+    assert_eq!(get(&ha, "/nothing").0, 404);
     // A hands over: B's endpoint says it leads now.
     a.step_down();
-    assert!(eventually(Duration::from_secs(5), || http_get(
-        &hb, "/leader"
-    )
-    .0 == 200));
+    assert!(eventually(Duration::from_secs(5), || get(&hb, "/leader").0 == 200));
     for c in [&mut ea, &mut eb] {
         let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
         wait_with_timeout(c, Duration::from_secs(10));

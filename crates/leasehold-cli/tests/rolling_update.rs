@@ -16,7 +16,13 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 mod cli_support;
+use cli_support::http::free_addr;
 use cli_support::{eventually, leasehold, wait_with_timeout};
+
+/// `GET path`: the status (0 when nothing answers).
+fn get(addr: &str, path: &str) -> u16 {
+    cli_support::http::get(addr, path).0
+}
 
 struct Pod {
     name: String,
@@ -30,30 +36,6 @@ impl Drop for Pod {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-/// `GET path`: the status (0 when nothing answers).
-fn get(addr: &str, path: &str) -> u16 {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return 0;
-    };
-    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let _ = write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    );
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
 }
 
 fn start_pod(redis: &RedisServer, dir: &Path, name: &str, hook: &Path) -> Pod {

@@ -13,6 +13,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 mod cli_support;
+use cli_support::http::{free_addr, probe};
 use cli_support::{eventually, leasehold, wait_with_timeout};
 
 /// A candidate whose command appends its term to `led-WHO` and runs until SIGTERM.
@@ -133,35 +134,6 @@ fn elect_again_returns_to_standby_after_a_long_outage_and_someone_leads_at_once(
         "the leader's term is one a command ran under: {l} {all:?}"
     );
     stop(&mut [&mut a, &mut b]);
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-/// `GET path` with a 1 s timeout (Kubernetes' default for a probe): status, body, time taken.
-fn probe(addr: &str, path: &str) -> (u16, String, Duration) {
-    use std::io::{Read, Write};
-    let started = Instant::now();
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return (0, String::new(), started.elapsed());
-    };
-    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body, started.elapsed())
 }
 
 /// The bound every health answer is held to here (docs/election.md states it).

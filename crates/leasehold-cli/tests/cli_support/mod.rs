@@ -2,6 +2,7 @@
 //! variables, polling with a bound, and waiting for a child with one.
 #![allow(dead_code)] // each test binary uses its own part
 
+pub(crate) mod http;
 pub(crate) mod tmux;
 
 use std::process::{Child, Command, ExitStatus, Stdio};

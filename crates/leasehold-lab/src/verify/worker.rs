@@ -238,7 +238,7 @@ impl Locker {
                 Self::Lease {
                     client,
                     name: LEASE_NAME.to_owned(),
-                    opts: LeaseOptions::with_ttl(ttl)?,
+                    opts: lease_options(ttl)?,
                     elect: args.strategy.election(),
                 }
             }
@@ -259,7 +259,7 @@ impl Locker {
                 Self::Lease {
                     client,
                     name: LEASE_NAME.to_owned(),
-                    opts: LeaseOptions::with_ttl(ttl)?,
+                    opts: lease_options(ttl)?,
                     elect: false,
                 }
             }
@@ -401,6 +401,13 @@ impl Locker {
             _ => Ok(true),
         }
     }
+}
+
+/// A worker's lease options: a lease handed over starts with its whole TTL (the default first
+/// TTL of a hand-over is 1 s, which at the partition cells' 2 s leases would leave a long section
+/// that starts at once too little time to stop in: the `leasehold` command renews first instead).
+fn lease_options(ttl: Duration) -> anyhow::Result<LeaseOptions> {
+    Ok(LeaseOptions::builder().ttl(ttl).handoff_ttl(ttl).build()?)
 }
 
 /// The rest of a long critical section (the `partition` fault's target): it runs until it is told

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Phase, Result};
+use crate::error::{Error, Result};
 use crate::lease::guard::Lease;
 use crate::lease::options::LeaseOptions;
 use crate::lease::state::LeaseState;
@@ -134,7 +134,7 @@ impl LeaseClientBuilder {
     /// name, or a URL of the wrong topology for the server it reaches (`redis://` at a cluster
     /// node, `redis-cluster://` at a single server, a sentinel given as a data node or the
     /// reverse); [`Error::Store`] or [`Error::Timeout`] with
-    /// [`Phase::Connect`] for a store that cannot be reached or refuses the
+    /// [`Phase::Connect`](crate::Phase::Connect) for a store that cannot be reached or refuses the
     /// credentials (it is asked once; every member of an etcd cluster); for a Redlock,
     /// [`Error::Invalid`] also for a replica or two URLs naming one server, and
     /// [`Error::NoQuorum`] when fewer than a majority of the masters answer.
@@ -521,16 +521,6 @@ impl LeaseClient {
             armed: false,
         };
         let r = match self.attempt(&mut guard).await {
-            Ok(Outcome::Taken(lease)) if lease.arrived_dead() => {
-                // Granted, but the answer came after the lease's deadline: give it back and say
-                // the store answered too late (nothing is held).
-                metrics::late_grant();
-                let _ = tokio::time::timeout(opts.ttl, lease.release()).await;
-                Err(Error::Timeout {
-                    phase: Phase::Acquire,
-                    after: started.elapsed(),
-                })
-            }
             Ok(Outcome::Taken(lease)) => Ok(lease),
             Ok(Outcome::Busy(remaining)) => {
                 metrics::contention();
@@ -656,14 +646,6 @@ impl LeaseClient {
             let failed = match step {
                 Ok(Attempt::Taken(grant)) => {
                     let lease = self.make_lease(name, &token, &grant, opts);
-                    if lease.arrived_dead() {
-                        // The store answered so late (it froze, the network stalled) that the
-                        // lease's deadline passed on the way: never hand out a dead lease. Give
-                        // it back (compare-and-delete: harmless if it lapsed) and wait on.
-                        metrics::late_grant();
-                        let _ = tokio::time::timeout(left, lease.release()).await;
-                        continue;
-                    }
                     // The next head may skip asking only when this hold's release is sure to wake
                     // a waiter.
                     head.held_here_until = grant.wakes_next.then(|| Instant::now() + opts.ttl);

@@ -328,12 +328,6 @@ impl Lease {
 }
 
 impl Lease {
-    /// Whether its deadline had passed by the time the grant arrived (the store answered later
-    /// than the TTL): such a lease was never safe to act on.
-    pub(crate) fn arrived_dead(&self) -> bool {
-        self.state.validity_deadline() <= Instant::now()
-    }
-
     /// The release reached the store: Drop must not hand another one to the background.
     fn mark_done(&mut self) {
         self.done = true;

@@ -40,10 +40,6 @@ pub const REDLOCK_FENCE_TOTAL: &str = "leasehold_redlock_fence_total";
 /// be among them.
 pub const REDIS_EVICTED_KEYS_TOTAL: &str = "leasehold_redis_evicted_keys_total";
 
-/// Counter: grants that arrived after their own deadline (the store answered later than the TTL)
-/// and were given back instead of handed to the caller.
-pub const LATE_GRANTS_TOTAL: &str = "leasehold_late_grants_total";
-
 /// Counter: elections won and resignations (label `outcome`: `elected`, `resigned`).
 pub const ELECTIONS_TOTAL: &str = "leasehold_elections_total";
 
@@ -67,10 +63,6 @@ pub(crate) fn acquired(outcome: &'static str, waited: Duration) {
         metrics::histogram!(ACQUIRE_WAIT_SECONDS, "outcome" => outcome)
             .record(waited.as_secs_f64());
     }
-}
-
-pub(crate) fn late_grant() {
-    metrics::counter!(LATE_GRANTS_TOTAL).increment(1);
 }
 
 pub(crate) fn contention() {

@@ -50,8 +50,14 @@ printf '%s\n' "$procs" | while read -r pid start group; do
   fi
 done
 [ -z "$dirs" ] || sleep 0.3
+# A server killed mid-write (MariaDB) may still be on its way out: try again for a few seconds.
 printf '%s\n' "$dirs" | while IFS= read -r d; do
-  [ -n "$d" ] && rm -rf -- "$d"
+  [ -n "$d" ] || continue
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    rm -rf -- "$d" 2>/dev/null
+    [ -e "$d" ] || break
+    sleep 0.5
+  done
 done
 "#;
 

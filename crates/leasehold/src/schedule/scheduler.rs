@@ -494,21 +494,10 @@ impl Scheduler {
             .max()
             .unwrap_or_default();
         let inner = &self.inner;
-        let all_ended = async {
-            loop {
-                let ended = inner.run_ended.notified();
-                if inner
-                    .going
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_empty()
-                {
-                    return;
-                }
-                ended.await;
-            }
-        };
-        if tokio::time::timeout(grace, all_ended).await.is_err() {
+        if tokio::time::timeout(grace, no_run_going(inner))
+            .await
+            .is_err()
+        {
             for g in inner
                 .going
                 .lock()
@@ -517,21 +506,7 @@ impl Scheduler {
             {
                 g.stop.cancel();
             }
-            let rest = async {
-                loop {
-                    let ended = inner.run_ended.notified();
-                    if inner
-                        .going
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .is_empty()
-                    {
-                        return;
-                    }
-                    ended.await;
-                }
-            };
-            let _ = tokio::time::timeout(grace + Duration::from_secs(5), rest).await;
+            let _ = tokio::time::timeout(grace + Duration::from_secs(5), no_run_going(inner)).await;
         }
     }
 
@@ -883,5 +858,21 @@ async fn run_one(
             tracing::warn!(job = %job.name, error = %e, "the outcome could not be recorded; a later claim reads it as lost");
             None
         }
+    }
+}
+
+/// Completes once no run is going (each run's end notifies `run_ended`).
+async fn no_run_going(inner: &Inner) {
+    loop {
+        let ended = inner.run_ended.notified();
+        if inner
+            .going
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            return;
+        }
+        ended.await;
     }
 }

@@ -96,17 +96,22 @@ fn describe(e: &Error) -> String {
             store,
             kind: StoreFailure::Unreachable,
             source,
-        } => format!("cannot reach {store} during {phase}: {source}; {reach}"),
+        } => format!(
+            "cannot reach {store} during {phase}: {}; {reach}",
+            leasehold::Report::new(&**source)
+        ),
         Error::Store {
             phase,
             store,
             kind: StoreFailure::Failing,
             source,
-        } if *phase == leasehold::Phase::Connect => {
-            format!("cannot reach {store} during {phase}: {source}; {reach}")
-        }
+        } if *phase == leasehold::Phase::Connect => format!(
+            "cannot reach {store} during {phase}: {}; {reach}",
+            leasehold::Report::new(&**source)
+        ),
         e @ Error::Timeout { .. } => format!("{e}; {reach} and not overloaded"),
-        other => other.to_string(),
+        // Its causes too (Display shows only the error's own message).
+        other => other.report().to_string(),
     }
 }
 

@@ -16,7 +16,7 @@ use leasehold_model::keyspace::{Entry, Keyspace, Value as KValue};
 use leasehold_model::scripts::{self, Call, Estimate, Mutation, Names, Reply, Timings};
 use leasehold_testkit::RedisServer;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use redis::Value;
 
 /// 2026-01-01T00:00:00Z, µs.

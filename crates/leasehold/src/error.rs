@@ -167,7 +167,9 @@ pub enum Error {
     /// A lease store (or a Redis resource) could not be reached, or answered with an error. The
     /// store read its driver's error itself (`lease/store/<store>/errors.rs`) into `kind`; the
     /// driver's error is kept as `source` (downcast it, e.g. to `redis::RedisError`, for details).
-    #[error("{store} failed during {phase}: {source}")]
+    /// `Display` names the store and the phase only; the driver's error is the `source()`
+    /// ([`Error::report`] prints both).
+    #[error("{store} failed during {phase}")]
     Store {
         /// What we were doing.
         phase: Phase,
@@ -192,8 +194,9 @@ pub enum Error {
     },
     /// A Redlock request did not get answers from a majority of its Redis masters, so it could
     /// neither succeed nor be refused (a lease it may have taken on the masters that answered was
-    /// released again). A "busy" or "not ours" from a majority is not this error.
-    #[error("redlock {phase}: only {answered} of {nodes} Redis masters answered ({needed} needed for a majority){}; check that a majority of the masters are up and reachable", source.as_ref().map(|e| format!("; first failure: {e}")).unwrap_or_default())]
+    /// released again). A "busy" or "not ours" from a majority is not this error. The first
+    /// master's failure is the `source()`, not part of `Display` ([`Error::report`] prints both).
+    #[error("redlock {phase}: only {answered} of {nodes} Redis masters answered ({needed} needed for a majority; check that a majority of the masters are up and reachable)")]
     NoQuorum {
         /// What we were doing.
         phase: Phase,
@@ -274,9 +277,10 @@ pub enum Error {
         /// Highest fence the resource has accepted.
         current: Fence,
     },
-    /// The database failed (feature `postgres` or `sqlite`).
+    /// The database failed (feature `postgres`, `sqlite` or `mysql`). `Display` says only that;
+    /// sqlx's error is the `source()` ([`Error::report`] prints both).
     #[cfg(feature = "sql")]
-    #[error("database error: {0}")]
+    #[error("database error")]
     Database(#[from] sqlx::Error),
     /// The idempotency key's first attempt is still running (HTTP 409 in the IETF draft's terms).
     #[error("idempotency key `{key}` is in progress in another attempt; retry later")]
@@ -425,12 +429,62 @@ impl Error {
         }
     }
 
+    /// This error and each cause under it, on one line joined by `: ` (what anyhow's `{:#}`
+    /// prints): `Display` shows only this error's own message, and the cause (the driver's error
+    /// of [`Error::Store`] and [`Error::Database`], the first failure of [`Error::NoQuorum`]) is
+    /// its `source()`, so a reporter that walks the chain prints each cause once.
+    ///
+    /// ```
+    /// use leasehold::{Error, Phase, StoreFailure, lease::StoreKind};
+    /// let e = Error::store(
+    ///     Phase::Connect,
+    ///     StoreKind::new("toy"),
+    ///     StoreFailure::Unreachable,
+    ///     std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"),
+    /// );
+    /// assert_eq!(e.to_string(), "toy failed during connect");
+    /// assert_eq!(e.report().to_string(), "toy failed during connect: connection refused");
+    /// ```
+    pub fn report(&self) -> Report<'_> {
+        Report::new(self)
+    }
+
     /// The driver's error of a store failure, if it is an `E` (`redis::RedisError`, ...).
     pub fn store_source<E: std::error::Error + 'static>(&self) -> Option<&E> {
         match self {
             Error::Store { source, .. } => source.downcast_ref::<E>(),
             _ => None,
         }
+    }
+}
+
+/// An error and its causes on one line, joined by `: ` ([`Error::report`]; [`Report::new`] for any
+/// error). A cause whose text the message before it already ends with is skipped: some drivers'
+/// errors print their source in `Display` and return it from `source()` too.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a>(&'a (dyn std::error::Error + 'static));
+
+impl<'a> Report<'a> {
+    /// The report of `error` and its chain of `source()`s.
+    pub fn new(error: &'a (dyn std::error::Error + 'static)) -> Self {
+        Report(error)
+    }
+}
+
+impl std::fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut last = self.0.to_string();
+        f.write_str(&last)?;
+        let mut cause = self.0.source();
+        while let Some(e) = cause {
+            let text = e.to_string();
+            if !text.is_empty() && !last.ends_with(&text) {
+                write!(f, ": {text}")?;
+            }
+            last = text;
+            cause = e.source();
+        }
+        Ok(())
     }
 }
 
@@ -501,5 +555,46 @@ mod tests {
             "lease `pool` is in use with 3 permits, not the 5 asked for; everyone using a name must ask for the same number of permits (1 is a lock): ask for 3, use another name, or wait until it is free"
         );
         assert!(!mismatch.is_retryable() && !mismatch.is_unavailable());
+    }
+
+    /// Display or source, never both: walking the chain prints each cause once.
+    #[test]
+    fn a_cause_is_printed_once() {
+        use std::error::Error as _;
+        let io = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let store = Error::store(
+            Phase::Acquire,
+            StoreKind::new("toy"),
+            StoreFailure::Unreachable,
+            io(),
+        );
+        assert_eq!(store.to_string(), "toy failed during acquire");
+        assert_eq!(store.source().unwrap().to_string(), "refused");
+        assert_eq!(
+            store.report().to_string(),
+            "toy failed during acquire: refused"
+        );
+        let quorum = Error::NoQuorum {
+            phase: Phase::Acquire,
+            answered: 1,
+            needed: 2,
+            nodes: 3,
+            source: Some(Box::new(store)),
+        };
+        assert!(!quorum.to_string().contains("refused"), "{quorum}");
+        assert!(quorum
+            .report()
+            .to_string()
+            .ends_with("reachable): toy failed during acquire: refused"));
+        #[cfg(feature = "sql")]
+        {
+            let db = Error::from(sqlx::Error::Io(io()));
+            assert_eq!(db.to_string(), "database error");
+            // sqlx prints its cause in Display and returns it as source: printed once.
+            assert_eq!(
+                db.report().to_string(),
+                "database error: error communicating with database: refused"
+            );
+        }
     }
 }

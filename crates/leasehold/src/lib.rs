@@ -72,10 +72,15 @@ pub mod schedule;
 pub mod state;
 pub mod url;
 
-/// The README's code examples, compiled and type-checked as doctests.
+/// The repository README's code examples, compiled and type-checked as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
+
+/// This crate's README (its registry page) and its example, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeExamples;
 
 /// The `redis` crate leasehold is built with, so that an application that hands leasehold its own
 /// clients or connections, or matches on [`redis::RedisError`], uses the same version.
@@ -86,7 +91,7 @@ pub use redis;
 #[cfg(feature = "sql")]
 pub use sqlx;
 
-pub use error::{Error, LostReason, Phase, Result, StoreFailure};
+pub use error::{Error, LostReason, Phase, Report, Result, StoreFailure};
 pub use fence::Fence;
 pub use lease::{
     HealthWatch, Lease, LeaseClient, LeaseClientBuilder, LeaseHealth, LeaseOptions, LostSignal,

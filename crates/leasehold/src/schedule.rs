@@ -543,17 +543,46 @@ pub async fn finish_with(
     Ok(record)
 }
 
-/// Metric names of scheduled runs.
+/// Metric names of scheduled runs. Each carries the job's name in the label [`JOB`](metric_names::JOB)
+/// (`leasehold_job`), not `job`, which Prometheus gives every series of a scrape target.
 pub mod metric_names {
-    /// Gauge: when the job last succeeded, in seconds since the Unix epoch (label `job`): the
+    /// The label that names the job on each of these metrics.
+    pub const JOB: &str = "leasehold_job";
+    /// Gauge: when the job last succeeded, in seconds since the Unix epoch (label `leasehold_job`): the
     /// metric to alert on when it falls behind.
     pub const LAST_SUCCESS: &str = "leasehold_job_last_success_timestamp_seconds";
-    /// Counter: finished attempts and slots that did not run (labels `job`, `outcome`: `done`,
+    /// Counter: finished attempts and slots that did not run (labels `leasehold_job`, `outcome`: `done`,
     /// `failed`, `lost`, `missed`, `skipped`).
     pub const RUNS_TOTAL: &str = "leasehold_job_runs_total";
-    /// Histogram: how long attempts ran, in seconds (label `job`).
+    /// Histogram: how long attempts ran, in seconds (label `leasehold_job`).
     pub const DURATION_SECONDS: &str = "leasehold_job_duration_seconds";
-    /// Gauge: the job's next slot instant, in seconds since the Unix epoch (label `job`), set by
+    /// Describes these metrics to the installed recorder (a Prometheus exporter's `# HELP` lines),
+    /// and, for each of `jobs`, registers [`RUNS_TOTAL`] at 0 for every outcome, so that a scrape
+    /// shows the series before the first run (histograms take
+    /// [`HOLD_BUCKETS`](crate::lease::metrics::HOLD_BUCKETS)).
+    pub fn describe(jobs: &[&str]) {
+        use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+        describe_counter!(
+            RUNS_TOTAL,
+            "Slots finished, by outcome (done, failed, lost, missed, skipped)."
+        );
+        describe_histogram!(DURATION_SECONDS, Unit::Seconds, "How long runs took.");
+        describe_gauge!(
+            LAST_SUCCESS,
+            "When the job last succeeded, seconds since the epoch."
+        );
+        describe_gauge!(
+            NEXT_RUN,
+            "The job's next slot instant, seconds since the epoch."
+        );
+        for job in jobs {
+            for outcome in ["done", "failed", "lost", "missed", "skipped"] {
+                let job = (*job).to_owned();
+                metrics::counter!(RUNS_TOTAL, JOB => job, "outcome" => outcome).increment(0);
+            }
+        }
+    }
+    /// Gauge: the job's next slot instant, in seconds since the Unix epoch (label `leasehold_job`), set by
     /// the [`scheduler`](super::scheduler) as it waits for it.
     pub const NEXT_RUN: &str = "leasehold_job_next_run_timestamp_seconds";
 }
@@ -566,14 +595,14 @@ fn metrics(r: &SlotRecord) {
         Outcome::Missed => "missed",
         Outcome::Skipped => "skipped",
     };
-    metrics::counter!(metric_names::RUNS_TOTAL, "job" => r.job.clone(), "outcome" => outcome)
+    metrics::counter!(metric_names::RUNS_TOTAL, metric_names::JOB => r.job.clone(), "outcome" => outcome)
         .increment(1);
     if let Some(ms) = r.duration_ms {
-        metrics::histogram!(metric_names::DURATION_SECONDS, "job" => r.job.clone())
+        metrics::histogram!(metric_names::DURATION_SECONDS, metric_names::JOB => r.job.clone())
             .record(ms as f64 / 1000.0);
     }
     if r.outcome == Outcome::Done {
-        metrics::gauge!(metric_names::LAST_SUCCESS, "job" => r.job.clone())
+        metrics::gauge!(metric_names::LAST_SUCCESS, metric_names::JOB => r.job.clone())
             .set(unix_ms(SystemTime::now()) as f64 / 1000.0);
     }
 }

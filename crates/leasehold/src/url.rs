@@ -11,6 +11,30 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 
+/// `%XX` escapes in a part of a store URL (a user name, a password, a query value), decoded the one
+/// way every store decodes them (sqlx, which reads PostgreSQL's and MariaDB's URLs, does the same):
+/// a `%` not followed by two hex digits stays as written (`100%`, `%zz`); `None` when the decoded
+/// bytes are not UTF-8.
+#[cfg(any(feature = "redis", feature = "etcd"))]
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(std::borrow::Cow::into_owned)
+}
+
+/// Everything but RFC 3986's unreserved characters (`A-Z a-z 0-9 - . _ ~`) percent-escaped: a
+/// user name or password put back into a URL for a driver.
+#[cfg(feature = "redis")]
+pub(crate) fn percent_encode(s: &str) -> String {
+    const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, RESERVED).to_string()
+}
+
 /// A store URL read once: its scheme, the text the store's driver needs (secrets included) and the
 /// form every message, log line and report shows ([`redact`]ed). The registry reads the URL into
 /// this and hands it to the store the scheme picks, so that no store reads or redacts it again;
@@ -47,6 +71,18 @@ impl StoreUrl {
             return Err(bad(
                 "it is empty; give one such as redis://127.0.0.1:6379".to_owned()
             ));
+        }
+        if url
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"))
+        {
+            return Err(bad(format!(
+                "`{redacted}` is an SQLite database, and SQLite holds no leases (one file on one \
+                 machine cannot exclude workers on others): keep leases in Redis (redis://), \
+                 PostgreSQL (postgres://), MariaDB/MySQL (mysql://) or etcd (etcd://); SQLite \
+                 serves the guards beside them (fenced writes, idempotency keys, the inbox: \
+                 db::Database)"
+            )));
         }
         let Some((scheme, _)) = url.split_once("://") else {
             return Err(bad(format!(
@@ -210,6 +246,26 @@ mod tests {
     use super::{redact, StoreUrl};
     use crate::error::Error;
 
+    #[cfg(feature = "redis")]
+    #[test]
+    fn percent_escapes_decode_one_way_for_every_store() {
+        use super::{percent_decode, percent_encode};
+        for (written, decoded) in [
+            ("p%40ss%3Aw", Some("p@ss:w")),
+            ("100%", Some("100%")),
+            ("%zz", Some("%zz")),
+            ("%4", Some("%4")),
+            ("%C3%A9", Some("\u{e9}")),
+            ("%ff", None),
+        ] {
+            assert_eq!(percent_decode(written).as_deref(), decoded, "{written}");
+        }
+        for s in ["p@ss:w/rd?#", "\u{e9} ~-._", ""] {
+            assert_eq!(percent_decode(&percent_encode(s)).as_deref(), Some(s));
+        }
+        assert_eq!(percent_encode("a b@c"), "a%20b%40c");
+    }
+
     #[test]
     fn a_store_url_is_read_once_with_its_redacted_form() {
         let url = StoreUrl::parse("redis-sentinel://:pw@h1:26379,h2#m").unwrap();
@@ -231,6 +287,8 @@ mod tests {
             ("re dis://h", "does not start with a scheme"),
             ("redis://h:6379\n", "control character"),
             ("redis://u:se cret@h", "a space"),
+            ("sqlite:jobs.db", "SQLite holds no leases"),
+            ("SQLITE://var/jobs.db?password=secret", "redis://"),
             ("ü://h", "does not start with a scheme"),
         ];
         for (given, says) in cases {

@@ -81,17 +81,6 @@ impl MemoryStore {
     }
 }
 
-/// `*` and `?` globs.
-fn glob(pattern: &[u8], s: &[u8]) -> bool {
-    match (pattern.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => glob(&pattern[1..], s) || (!s.is_empty() && glob(pattern, &s[1..])),
-        (Some(b'?'), Some(_)) => glob(&pattern[1..], &s[1..]),
-        (Some(p), Some(c)) if p == c => glob(&pattern[1..], &s[1..]),
-        _ => false,
-    }
-}
-
 #[async_trait]
 impl Store for MemoryStore {
     fn kind(&self) -> StoreKind {
@@ -117,21 +106,11 @@ impl Store for MemoryStore {
                 remaining: Some(until - now),
             },
             // A retry of an acquire that already took it: the same lease.
-            Some(_) => Attempt::Taken(Grant {
-                fence: Fence::new(e.fence),
-                since: now,
-                ttl,
-                wakes_next: false,
-            }),
+            Some(_) => Attempt::Taken(Grant::new(Fence::new(e.fence), now, ttl, false)),
             None => {
                 e.fence += 1;
                 e.holder = Some((req.token.to_owned(), now + ttl));
-                Attempt::Taken(Grant {
-                    fence: Fence::new(e.fence),
-                    since: now,
-                    ttl,
-                    wakes_next: false,
-                })
+                Attempt::Taken(Grant::new(Fence::new(e.fence), now, ttl, false))
             }
         }))
     }
@@ -210,10 +189,12 @@ impl Store for MemoryStore {
         let names = self.shared.names.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         let mine = format!("{}:", self.prefix);
+        // The glob every store matches `list` patterns with.
+        let glob = leasehold::lease::Glob::new(pattern);
         Ok(names
             .iter()
             .filter_map(|(key, e)| Some((key.strip_prefix(&mine)?, e)))
-            .filter(|(name, e)| e.fence > 0 && glob(pattern.as_bytes(), name.as_bytes()))
+            .filter(|(name, e)| e.fence > 0 && glob.matches(name))
             .map(|(name, e)| self.info(name, e, now))
             .collect())
     }

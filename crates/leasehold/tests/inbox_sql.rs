@@ -15,7 +15,7 @@ use leasehold::db::{Database, Param};
 use leasehold::inbox::{Delivery, Inbox};
 use leasehold::Error;
 use rand::seq::SliceRandom;
-use rand::Rng;
+use rand::RngExt;
 use sql_support::{each_backend, exec, scalar};
 
 const MESSAGES: usize = 1000;

@@ -849,7 +849,7 @@ async fn tls_through_an_etcds_url_with_a_private_root_certificate() {
         .connect()
         .await
         .unwrap_err();
-    println!("untrusted: {untrusted}");
+    println!("untrusted: {}", untrusted.report());
     assert!(
         matches!(
             untrusted,
@@ -860,7 +860,10 @@ async fn tls_through_an_etcds_url_with_a_private_root_certificate() {
         ),
         "{untrusted}"
     );
-    assert!(untrusted.to_string().contains("certificate"), "{untrusted}");
+    assert!(
+        untrusted.report().to_string().contains("certificate"),
+        "{untrusted}"
+    );
     // Plain text to the TLS port: it does not answer as etcd, and the fix says etcds://.
     let plain = LeaseClient::builder(format!("etcd://127.0.0.1:{}", srv.port))
         .connect_timeout(ms(1_000))

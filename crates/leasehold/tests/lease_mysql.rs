@@ -437,3 +437,25 @@ fn with_user(url: &str, user: &str, password: &str) -> String {
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
     format!("{scheme}://{user}:{password}@{host}")
 }
+
+/// A port nobody listens on is "refused", at once: not "timed out after 4000 ms" after the pool's
+/// two seconds of retrying.
+#[tokio::test]
+async fn a_refused_port_says_refused_at_once() {
+    let url = format!(
+        "mysql://leasehold:leasehold@127.0.0.1:{}/test",
+        leasehold_testkit::free_port()
+    );
+    let started = Instant::now();
+    let e = LeaseClient::builder(&url)
+        .connect_timeout(ms(2_000))
+        .connect()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    let report = e.report().to_string();
+    assert!(report.contains("refused"), "{report}");
+    assert!(!report.contains("timed out"), "{report}");
+    assert!(e.is_unavailable(), "{e:?}");
+    assert!(took < ms(1_000), "took {took:?}: {report}");
+}

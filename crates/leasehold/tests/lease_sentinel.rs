@@ -385,5 +385,9 @@ async fn bad_sentinel_input_is_refused_clearly() {
     blocking(|| set.kill_sentinels().unwrap());
     let err = LeaseClient::connect(&set.sentinel_url()).await.unwrap_err();
     assert!(err.is_unavailable(), "{err}");
-    assert!(err.to_string().contains("sentinel"), "{err}");
+    assert!(
+        err.report().to_string().contains("sentinel"),
+        "{}",
+        err.report()
+    );
 }

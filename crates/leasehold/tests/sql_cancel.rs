@@ -53,7 +53,7 @@ async fn abort_while_begin_waits_for_the_sqlite_write_lock() {
 /// 200 times, on both backends, with pools small enough that the same connections are reused at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn abort_at_random_points_never_poisons_the_pool() {
-    use rand::Rng;
+    use rand::RngExt;
     let dir = tempfile::tempdir().unwrap();
     let sqlite_url = format!("sqlite:{}", dir.path().join("t.db").display());
     let schema = format!("lh_test_cancel_{:08x}", rand::random::<u32>());

@@ -379,7 +379,8 @@ pub(crate) fn missing_tables_hint(e: Error) -> Error {
         Error::invalid(
             "database schema",
             format!(
-                "{e}; leasehold's tables are missing: call Database::migrate() once at startup"
+                "{}; leasehold's tables are missing: call Database::migrate() once at startup",
+                e.report()
             ),
         )
     } else {

@@ -68,11 +68,12 @@ pub(crate) fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// This machine's host name (`unknown-host` when it cannot be read).
+/// This machine's host name, as the operating system gives it (`gethostname(2)` on Unix,
+/// `GetComputerNameExW` on Windows); `unknown-host` when it is empty or not UTF-8.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    gethostname::gethostname()
+        .into_string()
         .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".to_owned())

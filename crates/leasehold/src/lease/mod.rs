@@ -66,6 +66,7 @@
 
 pub mod client;
 mod clock;
+mod glob;
 pub mod guard;
 pub mod holder;
 pub mod metrics;
@@ -78,6 +79,7 @@ mod waiters;
 mod watchdog;
 
 pub use client::{LeaseClient, LeaseClientBuilder};
+pub use glob::Glob;
 pub use guard::Lease;
 pub use names::{check_name, check_pattern, check_prefix, MAX_NAME_LEN};
 pub use options::{LeaseOptions, LeaseOptionsBuilder, ReplicaPolicy};

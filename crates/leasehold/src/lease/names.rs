@@ -122,7 +122,7 @@ mod tests {
     #[cfg(feature = "redis")]
     #[test]
     fn two_different_prefix_and_name_pairs_never_share_keys() {
-        use rand::Rng;
+        use rand::RngExt;
         assert!(
             check_prefix("pa:b").is_err(),
             "the colliding pair is refused"

@@ -159,15 +159,15 @@ impl LeaseOptions {
             "grace",
             format!(
                 "{} does not fit inside a {} lease renewed every {}: the work must be gone \
-                 before the store may hand the name on, so grace + margin ({} ms: drift and a \
-                 stop allowance) must stay under ttl - renewal period - 100 ms; use a grace of at most {} \
-                 ms, or a ttl of at least {} ms",
+                 before the store may hand the name on, so grace + margin ({}: drift and a \
+                 stop allowance) must stay under ttl - renewal period - 100ms; use a grace of at most {}, \
+                 or a ttl of at least {}",
                 show(shutdown),
                 show(self.ttl),
                 show(self.renew_every.unwrap_or(Duration::ZERO)),
-                self.stop_margin().as_millis(),
-                longest.as_millis(),
-                (shortest_ttl * 1000.0).ceil() as u64 + 1
+                show(self.stop_margin()),
+                show(Duration::from_millis(longest.as_millis() as u64)),
+                show(Duration::from_millis((shortest_ttl * 1000.0).ceil() as u64 + 1))
             ),
         ))
     }
@@ -299,10 +299,10 @@ impl LeaseOptionsBuilder {
             return Err(Error::invalid(
                 "ttl",
                 format!(
-                    "{} ms is out of range; use between {} ms and {} s",
-                    ttl.as_millis(),
-                    LeaseOptions::MIN_TTL.as_millis(),
-                    LeaseOptions::MAX_TTL.as_secs()
+                    "{} is out of range; use between {} and {}",
+                    show(ttl),
+                    show(LeaseOptions::MIN_TTL),
+                    show(LeaseOptions::MAX_TTL)
                 ),
             ));
         }
@@ -311,9 +311,9 @@ impl LeaseOptionsBuilder {
             return Err(Error::invalid(
                 "drift",
                 format!(
-                    "{} ms is not shorter than the ttl ({} ms)",
-                    drift.as_millis(),
-                    ttl.as_millis()
+                    "{} is not shorter than the ttl ({})",
+                    show(drift),
+                    show(ttl)
                 ),
             ));
         }
@@ -323,9 +323,9 @@ impl LeaseOptionsBuilder {
                 return Err(Error::invalid(
                     "renew interval",
                     format!(
-                        "{} ms must be above zero and shorter than ttl - drift ({} ms), or the lease lapses between renewals",
-                        every.as_millis(),
-                        (ttl - drift).as_millis()
+                        "{} must be above zero and shorter than ttl - drift ({}), or the lease lapses between renewals",
+                        show(every),
+                        show(ttl - drift)
                     ),
                 ));
             }
@@ -361,10 +361,10 @@ impl LeaseOptionsBuilder {
             Some(first) if first < MIN_HANDOFF_TTL || first > ttl => Err(Error::invalid(
                 "handoff ttl",
                 format!(
-                    "{} ms is out of range; use between {} ms and the ttl ({} ms)",
-                    first.as_millis(),
-                    MIN_HANDOFF_TTL.as_millis(),
-                    ttl.as_millis()
+                    "{} is out of range; use between {} and the ttl ({})",
+                    show(first),
+                    show(MIN_HANDOFF_TTL),
+                    show(ttl)
                 ),
             )),
             Some(first) => Ok(first),
@@ -418,18 +418,22 @@ mod tests {
         };
         assert_eq!(what, "grace");
         assert!(
-            why.contains("3s") && why.contains("1s") && why.contains("132 ms"),
+            why.contains("3s") && why.contains("1s") && why.contains("132ms"),
             "{why}"
         );
+        assert!(
+            !why.contains(" ms"),
+            "durations as a person writes them: {why}"
+        );
         // The shortest TTL it names does fit.
-        let fix: u64 = why
+        let fix: f64 = why
             .rsplit("at least ")
             .next()
             .unwrap()
-            .trim_end_matches(" ms")
+            .trim_end_matches('s')
             .parse()
             .unwrap();
-        let fitted = LeaseOptions::with_ttl(ms(fix)).unwrap();
+        let fitted = LeaseOptions::with_ttl(ms((fix * 1000.0).round() as u64)).unwrap();
         assert!(
             fitted.check_shutdown(Duration::from_secs(3)).is_ok(),
             "{why}"

@@ -30,6 +30,61 @@
 //! passing) forgets history and pauses, and a slot may then run again. Under `allow`, a run longer
 //! than the period overlaps the next one. A store without a clock (etcd, Redlock) makes each replica
 //! reckon on its own clock: replicas then agree on a slot only as well as their clocks agree.
+//!
+//! # Examples
+//!
+//! A job of a service's own, run in process once per slot by whichever replica gets there first
+//! (here the only one, over a private redis-server), then the scheduler drained and the slot's
+//! record read back. `leasehold cron` is this with a [`Runner`] that runs commands.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let redis = leasehold_testkit::RedisServer::start()?;
+//! # let url = redis.url();
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use leasehold::schedule::scheduler::{Job, Policy, Run, RunEnd, Runner, Scheduler};
+//! use leasehold::schedule::{history, Outcome, When};
+//! use leasehold::LeaseClient;
+//!
+//! struct Rollup {
+//!     runs: AtomicU64,
+//! }
+//!
+//! #[async_trait::async_trait]
+//! impl Runner for Rollup {
+//!     async fn run(&self, run: Run<'_>) -> RunEnd {
+//!         // Writes carry run.lease.fence(); stop soon after run.stop is cancelled.
+//!         let _fence = run.lease.fence();
+//!         self.runs.fetch_add(1, Ordering::SeqCst);
+//!         RunEnd { exit_code: Some(0), lost: false }
+//!     }
+//! }
+//!
+//! let client = LeaseClient::connect(&url).await?;
+//! let rollup = Arc::new(Rollup { runs: AtomicU64::new(0) });
+//! let sched = Scheduler::new(client.clone(), "web-2", rollup.clone()).await?;
+//! let mut policy = Policy::default(); // `Policy` is non-exhaustive: change its fields
+//! policy.max_attempts = 5;
+//! // Every second here; a cron job is `When::cron("0 * * * *", "Europe/Berlin")?`.
+//! let every_second = When::every(Duration::from_secs(1), Duration::ZERO)?;
+//! sched.set_jobs(vec![Job::new("rollup", every_second)?.with_policy(policy)?])?;
+//! # tokio::time::timeout(Duration::from_secs(10), async {
+//! #     while rollup.runs.load(Ordering::SeqCst) == 0 {
+//! #         tokio::time::sleep(Duration::from_millis(20)).await;
+//! #     }
+//! # })
+//! # .await?;
+//! // … on shutdown: no new slot is taken, the runs going on end within their grace.
+//! sched.drain().await;
+//! let records = history(&client, "rollup", 10).await?;
+//! assert!(records.iter().any(|r| r.outcome == Outcome::Done && r.holder == "web-2"));
+//! # Ok(())
+//! # }
+//! ```
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -611,7 +666,7 @@ async fn job_loop(inner: Arc<Inner>, job: Job, stop: CancellationToken) {
             tracing::warn!(job = %job.name, "the schedule has no instant after now; the job stops");
             return;
         };
-        metrics::gauge!(super::metric_names::NEXT_RUN, "job" => job.name.clone())
+        metrics::gauge!(super::metric_names::NEXT_RUN, super::metric_names::JOB => job.name.clone())
             .set(slot_ms as f64 / 1000.0);
         let fire = slot_ms + i64::try_from(job.jitter_delay().as_millis()).unwrap_or(0);
         if !sleep_until(&inner.clock, fire, &stop).await {

@@ -224,8 +224,9 @@ pub struct Request<'a> {
     pub step: u32,
 }
 
-/// A lease a store granted.
+/// A lease a store granted. Built with [`Grant::new`] outside this crate (a field may be added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Grant {
     /// The fencing token of this holding.
     pub fence: Fence,
@@ -239,8 +240,10 @@ pub struct Grant {
     pub wakes_next: bool,
 }
 
-/// What one acquire attempt got.
+/// What one acquire attempt got. A match outside this crate needs a `_` arm (an answer may be
+/// added).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Attempt {
     /// Ours.
     Taken(Grant),
@@ -251,8 +254,9 @@ pub enum Attempt {
     },
 }
 
-/// What waiting for a turn ended with.
+/// What waiting for a turn ended with. A match outside this crate needs a `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Turn {
     /// The store handed the lease to the waiter while it waited.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))] // built by stores with a queue
@@ -261,8 +265,10 @@ pub enum Turn {
     AskAgain,
 }
 
-/// A held lease as a store needs it to renew or release it.
+/// A held lease as a store needs it to renew or release it. Built with [`Held::new`] outside this
+/// crate (a store's own tests).
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 // etcd identifies a holding by its token alone.
 #[cfg_attr(
     not(any(feature = "redis", feature = "postgres", feature = "mysql")),
@@ -275,6 +281,26 @@ pub struct Held<'a> {
     pub token: &'a str,
     /// The options it was taken with (TTL to renew to).
     pub opts: &'a LeaseOptions,
+}
+
+impl Grant {
+    /// A grant of fence `fence`, whose TTL `ttl` the store started no earlier than the local
+    /// instant `since`; `wakes_next`: the store will wake a waiter when it is released.
+    pub fn new(fence: Fence, since: Instant, ttl: Duration, wakes_next: bool) -> Self {
+        Grant {
+            fence,
+            since,
+            ttl,
+            wakes_next,
+        }
+    }
+}
+
+impl<'a> Held<'a> {
+    /// The holding of `name` by `token`, taken with `opts`.
+    pub fn new(name: &'a str, token: &'a str, opts: &'a LeaseOptions) -> Self {
+        Held { name, token, opts }
+    }
 }
 
 /// A store of leases. Implementations bound every call in time and map their failures to

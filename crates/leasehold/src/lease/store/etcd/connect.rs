@@ -86,7 +86,14 @@ fn parse_text(url: &str, shown: &str) -> Result<Target> {
             if user.is_empty() {
                 return Err(bad(&"has a password without a user name"));
             }
-            Some((percent_decode(user), percent_decode(password)))
+            let decode = |s: &str, what: &str| {
+                crate::url::percent_decode(s).ok_or_else(|| {
+                    bad(&format!(
+                        "has a {what} whose %-escapes do not decode to UTF-8"
+                    ))
+                })
+            };
+            Some((decode(user, "user name")?, decode(password, "password")?))
         }
     };
     if hosts.is_empty() {
@@ -149,26 +156,6 @@ fn split_host_port(hostport: &str) -> std::result::Result<(&str, u16), String> {
         },
     };
     Ok((host, port))
-}
-
-/// `%XX` escapes in a user name or password (for `@`, `:` and `,` inside them).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = |b: u8| (b as char).to_digit(16);
-            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The members of `target`, with the connection settings (nothing is sent yet).
@@ -396,8 +383,9 @@ mod tests {
 
     #[test]
     fn percent_escapes_decode_and_stray_percents_stay() {
-        assert_eq!(percent_decode("a%2Cb%3a"), "a,b:");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
+        let decode = |s| crate::url::percent_decode(s).unwrap();
+        assert_eq!(decode("a%2Cb%3a"), "a,b:");
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz"), "%zz");
     }
 }

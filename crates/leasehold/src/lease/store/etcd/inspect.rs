@@ -72,6 +72,7 @@ impl EtcdStore {
     pub(super) async fn list_names(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
         let start = keys::names_start(&self.prefix);
         let end = prefix_end(start.as_bytes());
+        let glob = crate::lease::Glob::new(pattern);
         let mut names = BTreeSet::new();
         let mut from = start.as_bytes().to_vec();
         loop {
@@ -83,9 +84,7 @@ impl EtcdStore {
             for kv in resp.kvs() {
                 let Ok(key) = kv.key_str() else { continue };
                 if let Some(name) = keys::name_of(&start, key) {
-                    if crate::lease::names::validate_name(name).is_ok()
-                        && keys::glob_match(pattern, name)
-                    {
+                    if crate::lease::names::validate_name(name).is_ok() && glob.matches(name) {
                         names.insert(name.to_owned());
                     }
                 }

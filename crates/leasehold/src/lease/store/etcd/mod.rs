@@ -19,7 +19,7 @@
 //! 3.5.8 on stop a leader cut off from its peers from renewing leases; an older one may
 //! acknowledge a renewal of a lease the new leader then expires (the deadline does not cover that).
 //!
-//! Layout: `keys` (the key layout, the glob of `list`), `connect` (URL, TLS, credentials, telling
+//! Layout: `keys` (the key layout), `connect` (URL, TLS, credentials, telling
 //! "down" from "not etcd"), `keepalive` (the one keep-alive stream of a client), `request` (one
 //! request to a member: bounded, counted, moved on to the next member), `queue` (the contenders'
 //! queue: asking a turn, watching the key just ahead).

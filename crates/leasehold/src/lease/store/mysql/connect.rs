@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::{ConnectOptions, Connection};
 use tokio_util::sync::CancellationToken;
 
 use super::errors::{classify, missing_table};
@@ -83,7 +84,7 @@ pub(super) async fn connect(url: &StoreUrl, settings: Settings) -> Result<MySqlS
         // a statement on it fails instead (see `Core::run`).
         .test_before_acquire(false)
         .connect_lazy_with(options.clone());
-    probe(&pool, &location, connect_timeout + response_timeout).await?;
+    probe(&options, &location, connect_timeout, response_timeout).await?;
     let sweeper = CancellationToken::new();
     sweep::spawn(pool.clone(), settings.retention, sweeper.clone());
     tracing::debug!(url = %location, prefix = %settings.prefix, "mariadb lease store connected");
@@ -101,22 +102,35 @@ pub(super) async fn connect(url: &StoreUrl, settings: Settings) -> Result<MySqlS
     })
 }
 
-/// Fails fast and clearly on an unreachable server, bad credentials or a database never migrated.
-async fn probe(pool: &sqlx::MySqlPool, location: &str, bound: Duration) -> Result<()> {
-    let query = sqlx::query_as::<_, (i64, i64, String)>(include_str!("sql/probe.sql"));
-    let (has_table, flush_at_commit, version) = tokio::time::timeout(bound, query.fetch_one(pool))
-        .await
-        .map_err(|_| Error::Timeout {
+/// Fails fast and clearly on an unreachable server, bad credentials or a database never migrated,
+/// on one connection of its own: the pool's would retry a refused connect until its acquire
+/// timeout and then say only "timed out", where this one says "refused" at once.
+async fn probe(
+    options: &MySqlConnectOptions,
+    location: &str,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<()> {
+    let timeout = |after| {
+        move |_| Error::Timeout {
             phase: Phase::Connect,
-            after: bound,
-        })?
-        .map_err(|e| match e {
-            sqlx::Error::PoolTimedOut => Error::Timeout {
-                phase: Phase::Connect,
-                after: bound,
-            },
-            e => classify(Phase::Connect, location)(e),
-        })?;
+            after,
+        }
+    };
+    let mut conn = tokio::time::timeout(connect_timeout, options.connect())
+        .await
+        .map_err(timeout(connect_timeout))?
+        .map_err(classify(Phase::Connect, location))?;
+    let query = sqlx::query_as::<_, (i64, i64, String)>(include_str!("sql/probe.sql"));
+    let answer = tokio::time::timeout(response_timeout, query.fetch_one(&mut conn))
+        .await
+        .map_err(timeout(response_timeout))?
+        .map_err(classify(Phase::Connect, location));
+    // Closed politely in the background; the pool opens its own when the first call needs one.
+    tokio::spawn(async move {
+        let _ = conn.close().await;
+    });
+    let (has_table, flush_at_commit, version) = answer?;
     if has_table == 0 {
         return Err(missing_table(location, "not found in the URL's database"));
     }

@@ -1,6 +1,6 @@
 //! `status` and `list` on MariaDB: the rows under the client's prefix, read without locking them,
-//! by the database clock; the glob of `list` (`*`, `?`, `[abc]`, `[^a-z]`, `\x`, as Redis's
-//! `SCAN MATCH`) is matched here, so the same pattern lists the same names in every store.
+//! by the database clock; `list` keeps the names its pattern matches ([`Glob`], the one matcher of
+//! every store).
 //!
 //! Limit: `list` reads every row under the prefix (held, or idle within the retention) and filters
 //! them in the client.
@@ -12,6 +12,7 @@ use super::{key, Core};
 use crate::error::{Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::LeaseInfo;
+use crate::lease::Glob;
 
 /// Names inspected by one statement.
 const CHUNK: usize = 500;
@@ -65,86 +66,12 @@ pub(super) async fn inspect(core: &Core, names: &[&str]) -> Result<Vec<LeaseInfo
 
 /// Every name under the prefix with a row whose name matches the glob.
 pub(super) async fn list(core: &Core, pattern: &str) -> Result<Vec<LeaseInfo>> {
-    let pattern: Vec<char> = pattern.chars().collect();
+    let glob = Glob::new(pattern);
     Ok(rows(core, "ORDER BY leasehold_leases.name", &[])
         .await?
         .into_iter()
-        .filter(|r| glob_match(&pattern, &r.0.chars().collect::<Vec<_>>()))
+        .filter(|r| glob.matches(&r.0))
         .map(|r| info(&core.prefix, r))
         .filter(|i| crate::lease::names::validate_name(&i.name).is_ok())
         .collect())
-}
-
-/// Whether `text` matches the glob `pattern` whole (Redis's `stringmatchlen` rules, case-sensitive).
-fn glob_match(pattern: &[char], text: &[char]) -> bool {
-    match pattern.first() {
-        None => text.is_empty(),
-        Some('*') => (0..=text.len()).any(|i| glob_match(&pattern[1..], &text[i..])),
-        Some('?') => !text.is_empty() && glob_match(&pattern[1..], &text[1..]),
-        Some('[') => match (class_match(&pattern[1..], text.first()), text.first()) {
-            (Some((true, rest)), Some(_)) => glob_match(rest, &text[1..]),
-            (Some(_), _) => false,
-            (None, Some('[')) => glob_match(&pattern[1..], &text[1..]),
-            (None, _) => false,
-        },
-        Some('\\') if pattern.len() > 1 => {
-            text.first() == Some(&pattern[1]) && glob_match(&pattern[2..], &text[1..])
-        }
-        Some(c) => text.first() == Some(c) && glob_match(&pattern[1..], &text[1..]),
-    }
-}
-
-/// Matches `c` against the class whose body starts at `body` (after `[`): whether it matched and
-/// the pattern after the closing `]`; `None` when the class is not closed (a literal `[`).
-fn class_match<'p>(body: &'p [char], c: Option<&char>) -> Option<(bool, &'p [char])> {
-    let (negate, mut i) = if body.first() == Some(&'^') {
-        (true, 1)
-    } else {
-        (false, 0)
-    };
-    let mut hit = false;
-    while i < body.len() {
-        match body[i] {
-            ']' => return Some((hit != negate, &body[i + 1..])),
-            '\\' if i + 1 < body.len() => {
-                hit |= c == Some(&body[i + 1]);
-                i += 2;
-            }
-            lo if i + 2 < body.len() && body[i + 1] == '-' && body[i + 2] != ']' => {
-                let hi = body[i + 2];
-                hit |= c.is_some_and(|c| (lo.min(hi)..=lo.max(hi)).contains(c));
-                i += 3;
-            }
-            x => {
-                hit |= c == Some(&x);
-                i += 1;
-            }
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_match;
-
-    fn m(p: &str, t: &str) -> bool {
-        glob_match(
-            &p.chars().collect::<Vec<_>>(),
-            &t.chars().collect::<Vec<_>>(),
-        )
-    }
-
-    #[test]
-    fn globs_match_as_redis_does() {
-        assert!(m("job*", "job-1"));
-        assert!(!m("job*", "xjob"));
-        assert!(m("j?b", "jab"));
-        assert!(m("[a-c]x", "bx"));
-        assert!(!m("[^a-c]x", "bx"));
-        assert!(m("a\\*", "a*"));
-        assert!(!m("a\\*", "ab"));
-        assert!(m("[x", "[x"));
-        assert!(m("*", ""));
-    }
 }

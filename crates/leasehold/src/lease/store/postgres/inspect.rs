@@ -2,7 +2,7 @@
 //!
 //! Limit: a read is a snapshot; a holder may change right after it.
 
-use super::{glob, key, statements, Core, INSPECT_CHUNK};
+use super::{key, statements, Core, INSPECT_CHUNK};
 use crate::error::{Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::LeaseInfo;
@@ -36,14 +36,13 @@ impl Core {
     /// Every name under the prefix with a row (held, or idle within the retention) whose name
     /// matches the glob.
     pub(super) async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
-        let (prefix, regex) = (self.prefix.to_string(), glob::to_regex(pattern));
+        let (prefix, glob) = (self.prefix.to_string(), crate::lease::Glob::new(pattern));
         let rows = self
-            .fetch_all(Phase::Inspect, || {
-                statements::list(prefix.clone(), regex.clone())
-            })
+            .fetch_all(Phase::Inspect, || statements::list(prefix.clone()))
             .await?;
         Ok(rows
             .into_iter()
+            .filter(|r| glob.matches(&r.0))
             .map(|r| info(&self.prefix, r))
             .filter(|i| crate::lease::names::validate_name(&i.name).is_ok())
             .collect())

@@ -15,13 +15,11 @@
 //!
 //! Layout: `statements` (one `.sql` file per statement under `sql/`, each behind one function),
 //! `conn` (a few plain connections, one round trip per call), `listen` (the listening session and
-//! the per-name wake-ups), `sweep` (deleting idle rows), `glob` (list patterns as regular
-//! expressions).
+//! the per-name wake-ups), `sweep` (deleting idle rows).
 
 mod conn;
 mod connect;
 mod errors;
-mod glob;
 mod inspect;
 mod listen;
 mod statements;

@@ -151,9 +151,9 @@ pub(super) fn inspect(prefix: String, names: Vec<String>) -> Statement<InfoRow> 
     sqlx::query_as(INSPECT).bind(prefix).bind(names)
 }
 
-/// list.sql: the names under `prefix` matching the anchored regular expression `regex`.
-pub(super) fn list(prefix: String, regex: String) -> Statement<InfoRow> {
-    sqlx::query_as(LIST).bind(prefix).bind(regex)
+/// list.sql: every name under `prefix` (the caller keeps those its glob matches).
+pub(super) fn list(prefix: String) -> Statement<InfoRow> {
+    sqlx::query_as(LIST).bind(prefix)
 }
 
 /// sweep.sql: delete at most [`SWEEP_BATCH`] rows idle for longer than `retention`. Run with

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use redis::aio::MultiplexedConnection;
 
+use super::acl::{self, Deployment};
 use super::cluster::ClusterConn;
 use super::conn::{BlockingPool, Counted, Nodes, Route};
 use super::errors::{self, within};
@@ -38,6 +39,11 @@ impl RedisStore {
         }
         let one_clock = matches!(topology, Topology::Standalone);
         let cluster = matches!(topology, Topology::Cluster(_));
+        let deployment = match topology {
+            Topology::Standalone => Deployment::OneServer,
+            Topology::Sentinel(_) => Deployment::Sentinel,
+            Topology::Cluster(_) => Deployment::Cluster,
+        };
         let (shared, blocking, first_dedicated) =
             open_topology(url, topology, &settings, &round_trips).await?;
         let blocking = Arc::new(BlockingPool::new(
@@ -45,9 +51,6 @@ impl RedisStore {
             connect_timeout,
             round_trips.clone(),
         ));
-        if let Some(probe) = first_dedicated {
-            blocking.put_idle(String::new(), probe);
-        }
         tracing::debug!(url = %location, prefix = %settings.prefix, "redis lease store connected");
         let store = RedisStore {
             shared: Counted {
@@ -69,6 +72,15 @@ impl RedisStore {
             clock: one_clock.then(Arc::default),
             server_time: Arc::default(),
         };
+        // Every data node is asked, before anything is run, whether the user may run every command
+        // leasehold sends, so that a missing one refuses now rather than at the release.
+        store
+            .check_acl(deployment)
+            .await
+            .map_err(errors::unauthorized_at(&store.location))?;
+        if let Some(probe) = first_dedicated {
+            store.load_scripts(probe).await?;
+        }
         // Every data node is asked what it is before anything is written: a replica, or a node that
         // may evict lease keys without the opt-in, is refused.
         let looked = store
@@ -81,10 +93,47 @@ impl RedisStore {
         store.watch.observe(&looked, store.allow_eviction);
         Ok(store)
     }
+
+    /// [`acl::check`] on every data node.
+    async fn check_acl(&self, deployment: Deployment) -> Result<()> {
+        let nodes = within(
+            Phase::Connect,
+            self.limit(),
+            self.shared.masters_named(&self.location),
+        )
+        .await?;
+        for (node, mut con) in nodes {
+            within(
+                Phase::Connect,
+                self.limit(),
+                acl::check(&mut con, &node, deployment, &self.prefix),
+            )
+            .await??;
+        }
+        Ok(())
+    }
+
+    /// Loads the scripts on a single server through its first dedicated connection, which then
+    /// joins the pool. The server's script cache is shared by every connection: loaded once here,
+    /// the first pipelined acquire + BLPOP is not answered NOSCRIPT (its BLPOP would block for
+    /// nothing before the retry). A dedicated connection made later, perhaps after a restart,
+    /// loads again.
+    async fn load_scripts(&self, mut probe: MultiplexedConnection) -> Result<()> {
+        within(
+            Phase::Connect,
+            self.response_timeout,
+            scripts::load_all(&mut probe),
+        )
+        .await?;
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.blocking.put_idle(String::new(), probe);
+        Ok(())
+    }
 }
 
 /// Opens the shared connection and the nodes for dedicated ones, as the URL's topology says. A
-/// single server's probe connection (its scripts loaded) comes back as the first dedicated one.
+/// single server's probe connection comes back to be the first dedicated one (once it has loaded
+/// the scripts).
 async fn open_topology(
     url: &StoreUrl,
     topology: Topology,
@@ -95,19 +144,8 @@ async fn open_topology(
     let mut first_dedicated = None;
     let (shared, blocking) = match topology {
         Topology::Standalone => {
-            let (shared, nodes, mut probe) =
+            let (shared, nodes, probe) =
                 standalone::connect(url, settings, round_trips.clone()).await?;
-            // The server's script cache is shared by every connection: load it once here, so
-            // that the first pipelined acquire + BLPOP is not answered NOSCRIPT (its BLPOP would
-            // block for nothing before the retry). A dedicated connection made later, perhaps
-            // after a restart, loads again.
-            within(
-                Phase::Connect,
-                response_timeout,
-                scripts::load_all(&mut probe),
-            )
-            .await?;
-            round_trips.fetch_add(1, Ordering::Relaxed);
             first_dedicated = Some(probe);
             (shared, nodes)
         }

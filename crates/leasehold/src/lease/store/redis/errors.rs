@@ -98,7 +98,7 @@ pub(crate) fn refused_credentials(
     Error::Unauthorized {
         phase,
         store: location.to_owned(),
-        detail: source.to_string(),
+        detail: one_failure(source.clone()).to_string(),
         fix: fix.to_owned(),
     }
 }
@@ -114,9 +114,6 @@ pub(crate) fn unauthorized_at(location: &str) -> impl FnOnce(Error) -> Error + '
     }
 }
 
-/// The commands leasehold's lease scripts run, for a message about a script the ACL refused.
-pub(crate) const SCRIPT_COMMANDS: &str = "GET SET DEL EXISTS PEXPIRE PTTL TIME ZADD ZREM ZSCORE ZCARD ZPOPMIN ZRANGEBYSCORE ZREMRANGEBYSCORE HGET HSET HDEL LPUSH TYPE";
-
 /// The fix for a denied command or key: the documented ACL line.
 const ACL_FIX: &str = "grant the leasehold user the commands and the key pattern `~{<prefix>:*` that docs/operations.md lists (\"The Redis user leasehold needs\": one `ACL SETUSER` line per topology, with +info and +time among them)";
 
@@ -124,8 +121,31 @@ const ACL_FIX: &str = "grant the leasehold user the commands and the key pattern
 /// something leasehold did not write (`LEASEHOLD-FOREIGN <key>|<what it holds>`).
 pub(crate) const FOREIGN: &str = "LEASEHOLD-FOREIGN";
 
+/// A pipeline's failures as one error: the driver reports every command's (a connect probe
+/// refused `NOAUTH`, or scripts refused `NOPERM`, repeat one answer up to a dozen times); the first
+/// is kept (the driver's own `kind()` is the first's too) and the others, when they differ, are
+/// logged. Any other error passes through.
+pub(crate) fn one_failure(e: RedisError) -> RedisError {
+    if !e.to_string().starts_with("Pipeline failure") {
+        return e;
+    }
+    let Some(items) = e.clone().into_server_errors() else {
+        return e;
+    };
+    let Some((_, first)) = items.first() else {
+        return e;
+    };
+    for (index, other) in items.iter().skip(1) {
+        if other.code() != first.code() || other.details() != first.details() {
+            tracing::debug!(index, error = %other, "another failure in the same pipeline");
+        }
+    }
+    first.clone().into()
+}
+
 /// The crate's error for a driver error during `phase`.
 pub(crate) fn classify(phase: Phase, source: RedisError) -> Error {
+    let source = one_failure(source);
     if let Some(e) = denied(phase, &source) {
         return e;
     }
@@ -177,7 +197,10 @@ fn denied(phase: Phase, e: &RedisError) -> Option<Error> {
     {
         return Some(Error::Denied {
             phase,
-            what: format!("a command of a leasehold script (they use {SCRIPT_COMMANDS})"),
+            what: format!(
+                "a command of a leasehold script (they use {})",
+                super::acl::script_commands()
+            ),
             detail: detail
                 .split(" script: ")
                 .next()
@@ -249,6 +272,35 @@ pub(crate) fn foreign_key(key: &str, found: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_pipeline_refused_whole_is_one_line() {
+        let srv = leasehold_testkit::RedisServer::start().unwrap();
+        let mut admin = srv.connection().unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "bare", "on", ">pw", "-@all", "+@connection"][..])
+            .query(&mut admin)
+            .unwrap();
+        let url = format!("redis://bare:pw@127.0.0.1:{}/", srv.port());
+        let mut con = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let mut pipe = redis::pipe();
+        for _ in 0..11 {
+            pipe.cmd("TIME");
+        }
+        let e = pipe
+            .query_async::<redis::Value>(&mut con)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("Pipeline failures"), "{e}");
+        let msg = classify(Phase::Connect, e).to_string();
+        assert_eq!(msg.matches("NOPERM").count(), 1, "{msg}");
+        assert!(msg.contains("`TIME`"), "{msg}");
+        assert!(!msg.contains("Index"), "{msg}");
+    }
 
     #[test]
     fn a_denied_command_is_named() {

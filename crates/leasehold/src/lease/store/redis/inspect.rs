@@ -10,6 +10,7 @@ use super::{scripts, RedisStore};
 use crate::error::{Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::{HolderInfo, LeaseInfo};
+use crate::lease::Glob;
 
 impl RedisStore {
     /// Reads each name's lock, fence, queue length and semaphore holders in one pipeline per 200
@@ -84,7 +85,10 @@ impl RedisStore {
     /// (while its fence key lasts) or while someone holds it (its lock key, or a semaphore's holders).
     pub(super) async fn list_names(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
         let tag_start = format!("{{{}:", self.prefix);
-        let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
+        // Every key under the prefix: the pattern is matched here ([`Glob`], the matcher of every
+        // store), not by the server's glob.
+        let matcher = format!("{}*", glob_escape(&tag_start));
+        let glob = Glob::new(pattern);
         let mut names = BTreeSet::new();
         // A cluster keeps each name on the master of its slot: scan every master.
         let masters = within(Phase::Inspect, self.limit(), self.shared.masters()).await?;
@@ -109,9 +113,9 @@ impl RedisStore {
                         .or_else(|| rest.strip_suffix("}:holders"))
                         .or_else(|| rest.strip_suffix("}:queue"))
                         .or_else(|| rest.strip_suffix("}:permits"));
-                    if let Some(name) =
-                        name.filter(|n| crate::lease::names::validate_name(n).is_ok())
-                    {
+                    if let Some(name) = name.filter(|n| {
+                        glob.matches(n) && crate::lease::names::validate_name(n).is_ok()
+                    }) {
                         names.insert(name.to_owned());
                     }
                 }

@@ -25,6 +25,7 @@
 //! (slot routing, redirects, pipelines split per master), `node` (reaching one node; what the
 //! topologies share).
 
+pub mod acl;
 mod cluster;
 pub(super) mod conn;
 mod connect;

@@ -96,15 +96,19 @@ pub(crate) fn client_trusting(url: &str, pem: &[u8]) -> RedisResult<redis::Clien
     }
 }
 
-/// Makes TLS usable before a `rediss` URL is connected: installs rustls' process-wide crypto provider
-/// (an application may have installed its own already, which is fine). In a build without the `tls`
-/// feature, [`Error::Invalid`] naming the URL (`location`, redacted) and the feature.
+/// Whether TLS is usable for a `rediss` URL: in a build without the `tls` feature,
+/// [`Error::Invalid`] naming the URL (`location`, redacted) and the feature.
+///
+/// No crypto provider is installed for the process: that is the application's choice. The driver
+/// builds its rustls configuration from rustls's process default, which rustls picks by itself
+/// when one provider is compiled in (leasehold compiles `ring`); an application that compiles
+/// `aws-lc-rs` too installs one before connecting, as rustls asks of every user. (The driver takes
+/// no rustls configuration of ours, so the provider cannot be passed to it explicitly.)
 #[cfg_attr(feature = "tls", allow(clippy::unnecessary_wraps))]
 pub(crate) fn prepare_tls(location: &str) -> crate::Result<()> {
     #[cfg(feature = "tls")]
     {
         let _ = location;
-        let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(())
     }
     #[cfg(not(feature = "tls"))]
@@ -145,36 +149,7 @@ pub(crate) async fn open(
     }
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters.
-pub(crate) fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Decodes `%XX` escapes; `None` when an escape is malformed or the result is not UTF-8.
-pub(crate) fn decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
+pub(crate) use crate::url::{percent_decode as decode, percent_encode as encode};
 
 /// A driver error of kind I/O: the driver and the lease code treat it as "could not reach the store"
 /// (retryable, CLI exit 69).
@@ -362,8 +337,10 @@ mod tests {
         for s in ["p w", "a@b:c/d?e#f%", "plain", "ü"] {
             assert_eq!(decode(&encode(s)).as_deref(), Some(s));
         }
-        assert_eq!(decode("%zz"), None);
-        assert_eq!(decode("%4"), None);
+        // The one rule of every store (crate::url): a stray `%` stays as written.
+        assert_eq!(decode("%zz").as_deref(), Some("%zz"));
+        assert_eq!(decode("%4").as_deref(), Some("%4"));
+        assert_eq!(decode("%ff"), None, "not UTF-8");
         assert_eq!(addr("::1", 7000), "[::1]:7000");
         assert_eq!(addr("[::1]", 7000), "[::1]:7000");
         assert_eq!(addr("10.0.0.1", 7000), "10.0.0.1:7000");

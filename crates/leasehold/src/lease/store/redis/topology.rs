@@ -234,9 +234,12 @@ fn credentials(
         // Lettuce: a user-info without a colon is a password.
         None => ("", Some(info)),
     };
-    let user = decode(user).ok_or_else(|| bad("the user name has a malformed %-escape".into()))?;
+    let user = decode(user)
+        .ok_or_else(|| bad("the user name's %-escapes do not decode to UTF-8".into()))?;
     let password = password
-        .map(|p| decode(p).ok_or_else(|| bad("the password has a malformed %-escape".into())))
+        .map(|p| {
+            decode(p).ok_or_else(|| bad("the password's %-escapes do not decode to UTF-8".into()))
+        })
         .transpose()?;
     Ok(((!user.is_empty()).then_some(user), password))
 }
@@ -257,8 +260,11 @@ fn query_credentials(
     };
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v =
-            decode(v).ok_or_else(|| bad(format!("the value of `{k}` has a malformed %-escape")))?;
+        let v = decode(v).ok_or_else(|| {
+            bad(format!(
+                "the value of `{k}` has %-escapes that do not decode to UTF-8"
+            ))
+        })?;
         match (sentinel, k) {
             (true, "sentinel_user") => sentinel_auth.user = Some(v).filter(|u| !u.is_empty()),
             (true, "sentinel_password") => sentinel_auth.password = Some(v),

@@ -10,6 +10,7 @@ use super::node::{self, Node};
 use super::quorum::majority;
 use super::{FenceRule, Inner, RedlockStore};
 use crate::error::{Error, Phase, Result};
+use crate::lease::store::redis::acl::{self, Deployment};
 use crate::lease::store::Settings;
 use crate::url::StoreUrl;
 
@@ -35,8 +36,11 @@ impl RedlockStore {
             .map(|u| Node::new(u, &settings))
             .collect::<Result<Vec<_>>>()?;
         let limit = settings.connect_timeout * 2 + settings.response_timeout;
-        let ids = futures::future::join_all(nodes.iter().map(|n| n.identify(limit))).await;
-        let (seen, first_failure) = check_identities(&nodes, &ids, settings.allow_eviction)?;
+        let ids =
+            futures::future::join_all(nodes.iter().map(|n| n.identify(limit, &settings.prefix)))
+                .await;
+        let (seen, first_failure) =
+            check_identities(&nodes, &ids, settings.allow_eviction, &settings.prefix)?;
         let quorum = majority(nodes.len());
         if seen.len() < quorum {
             return Err(Error::NoQuorum {
@@ -114,13 +118,14 @@ fn check_identities(
     nodes: &[Node],
     ids: &[std::result::Result<node::Identity, Failure>],
     allow_eviction: bool,
+    prefix: &str,
 ) -> Result<(HashMap<String, usize>, Option<Error>)> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut first_failure = None;
     for (i, id) in ids.iter().enumerate() {
         match id {
             Ok(id) => {
-                check_identity(nodes, i, id, &seen, allow_eviction)?;
+                check_identity(nodes, i, id, &seen, allow_eviction, prefix)?;
                 seen.insert(id.run_id.clone(), i);
             }
             Err(Failure::Redis(e))
@@ -146,7 +151,7 @@ fn check_identities(
     Ok((seen, first_failure))
 }
 
-/// Refuses master `i` when `id` says it is not a master, or is a server another URL names (`seen`:
+/// Refuses master `i` when its user may not run a command Redlock needs, when `id` says it is not a master, or is a server another URL names (`seen`:
 /// run id → index of the masters already checked).
 pub(super) fn check_identity(
     nodes: &[Node],
@@ -154,8 +159,11 @@ pub(super) fn check_identity(
     id: &node::Identity,
     seen: &HashMap<String, usize>,
     allow_eviction: bool,
+    prefix: &str,
 ) -> Result<()> {
     let here = &nodes[i].location;
+    // A master whose user may not run a command Redlock needs refuses now, naming each one.
+    acl::refused_error(here, Deployment::Redlock, prefix, &id.refused)?;
     if id.role != "master" {
         return Err(Error::Misconfigured {
             what: format!("Redlock master `{here}`"),

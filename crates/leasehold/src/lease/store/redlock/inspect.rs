@@ -14,6 +14,7 @@ use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::redis::keys::glob_escape;
 use crate::lease::store::{HolderInfo, LeaseInfo};
+use crate::lease::Glob;
 
 /// One master's view of one name: the lock's `PTTL`, the recorded fence and the lock's token.
 type KeyState = (i64, Option<u64>, Option<String>);
@@ -141,7 +142,9 @@ impl RedlockStore {
         let quorum = self.quorum();
         let limit = self.inner.response_timeout;
         let tag_start = format!("{{{}:", self.inner.prefix);
-        let matcher = format!("{}{pattern}}}:*", glob_escape(&tag_start));
+        // Every key under the prefix: the pattern is matched here ([`Glob`], the matcher of every
+        // store), not by the servers' glob.
+        let matcher = format!("{}*", glob_escape(&tag_start));
         let (tag_start, matcher): (Arc<str>, Arc<str>) = (tag_start.into(), matcher.into());
         let mut names = BTreeSet::new();
         let mut answered = 0;
@@ -169,7 +172,12 @@ impl RedlockStore {
         if answered < quorum {
             return Err(self.no_quorum(answered, first_failure));
         }
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let glob = Glob::new(pattern);
+        let names: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| glob.matches(n))
+            .collect();
         self.inspect_keys(&names).await
     }
 }

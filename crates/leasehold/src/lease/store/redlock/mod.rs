@@ -433,7 +433,10 @@ impl RedlockStore {
     /// server under another URL, or a replica, is refused for good (logged as an error).
     async fn check_later(&self, i: usize) {
         let node = &self.inner.nodes[i];
-        match node.identify(self.inner.response_timeout * 2).await {
+        match node
+            .identify(self.inner.response_timeout * 2, &self.inner.prefix)
+            .await
+        {
             Err(_) => node.check_failed(),
             Ok(id) => {
                 let seen: HashMap<String, usize> = self
@@ -444,7 +447,14 @@ impl RedlockStore {
                     .filter_map(|(j, n)| n.run_id().map(|r| (r, j)))
                     .filter(|&(_, j)| j != i)
                     .collect();
-                match check_identity(&self.inner.nodes, i, &id, &seen, self.inner.allow_eviction) {
+                match check_identity(
+                    &self.inner.nodes,
+                    i,
+                    &id,
+                    &seen,
+                    self.inner.allow_eviction,
+                    &self.inner.prefix,
+                ) {
                     Ok(()) => {
                         tracing::info!(url = %node.location, "redlock master reachable and checked; it counts from now on");
                         node.accept(id.run_id);

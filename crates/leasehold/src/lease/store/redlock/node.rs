@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::errors::Failure;
 use crate::error::{Error, Result};
+use crate::lease::store::redis::acl::{self, Deployment};
 use crate::lease::store::redis::conn::{BlockingPool, Counted, Nodes, Route, Shared};
 use crate::lease::store::Settings;
 use crate::url::StoreUrl;
@@ -31,6 +32,8 @@ pub(crate) struct Identity {
     pub(crate) role: String,
     /// Its memory policy and the rest `INFO` says.
     pub(crate) facts: crate::lease::store::redis::health::NodeFacts,
+    /// The commands Redlock needs that the user may not run there (`acl::check`'s answer).
+    pub(crate) refused: Vec<String>,
 }
 
 /// Whether a master may be used yet.
@@ -200,8 +203,13 @@ impl Node {
     }
 
     /// Asks the server what it is: `PING` (refused without valid credentials), `INFO server`
-    /// (`run_id`) and `ROLE`, and loads the scripts, in one pipeline.
-    pub(crate) async fn identify(&self, limit: Duration) -> std::result::Result<Identity, Failure> {
+    /// (`run_id`) and `ROLE`, and loads the scripts, in one pipeline; then whether the user may run
+    /// every command Redlock needs on keys under `prefix` (`acl::check`).
+    pub(crate) async fn identify(
+        &self,
+        limit: Duration,
+        prefix: &str,
+    ) -> std::result::Result<Identity, Failure> {
         let mut con = self.shared.clone();
         let mut pipe = redis::pipe();
         pipe.cmd("PING").ignore();
@@ -209,6 +217,13 @@ impl Node {
         // The default sections: `run_id` (server), and the memory policy (`health`).
         pipe.cmd("INFO").cmd("ROLE");
         let (info, role): (String, Vec<Value>) = bounded(limit, pipe.query_async(&mut con))
+            .await
+            .inspect_err(|f| self.mark(f))?;
+        // The ACL check once the credentials proved good: a server closes the connection of a
+        // client not yet authenticated that sends a command of more than 10 words.
+        let mut pipe = redis::pipe();
+        acl::add_check(&mut pipe, Deployment::Redlock, prefix);
+        let (refused,): (Vec<String>,) = bounded(limit, pipe.query_async(&mut con))
             .await
             .inspect_err(|f| self.mark(f))?;
         self.up.store(true, Ordering::Relaxed);
@@ -227,6 +242,7 @@ impl Node {
             run_id,
             role,
             facts,
+            refused,
         })
     }
 

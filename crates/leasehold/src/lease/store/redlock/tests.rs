@@ -90,7 +90,11 @@ impl View {
     async fn restore(&self, i: usize) {
         self.proxies[i].restore();
         for _ in 0..100 {
-            if self.store.inner.nodes[i].identify(ms(300)).await.is_ok() {
+            if self.store.inner.nodes[i]
+                .identify(ms(300), &self.store.inner.prefix)
+                .await
+                .is_ok()
+            {
                 return;
             }
             tokio::time::sleep(ms(20)).await;

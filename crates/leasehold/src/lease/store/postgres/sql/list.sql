@@ -1,6 +1,5 @@
--- list: every name under the prefix whose name matches the regular expression, with its state.
--- $1 prefix, $2 an anchored regular expression (translated from the caller's glob).
--- One row per name, as inspect.sql.
+-- list: every name under the prefix, with its state; the caller keeps the names its glob matches
+-- (one matcher for every store, in the client). $1 prefix. One row per name, as inspect.sql.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT l.name,
        l.token IS NOT NULL AND l.expires_at > now.t AS held,
@@ -8,5 +7,5 @@ SELECT l.name,
             THEN CEIL(EXTRACT(EPOCH FROM l.expires_at - now.t) * 1000)::BIGINT END AS remaining_ms,
        l.fence
 FROM leasehold_leases AS l, now
-WHERE l.prefix = $1 AND l.name ~ $2
+WHERE l.prefix = $1
 ORDER BY l.name

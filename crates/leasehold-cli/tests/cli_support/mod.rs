@@ -1,12 +1,14 @@
 //! What the command-line tests share: the real binary with a clean environment for its own
-//! variables, polling with a bound, and waiting for a child with one.
+//! variables, polling with a bound, waiting for a child with one, the wall clock; `cron` has the
+//! `leasehold cron` tests' stores, daemons and run records.
 #![allow(dead_code)] // each test binary uses its own part
 
+pub(crate) mod cron;
 pub(crate) mod http;
 pub(crate) mod tmux;
 
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use leasehold_testkit::RedisServer;
 
@@ -17,14 +19,37 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 /// closed; stdout and stderr are the caller's to set.
 pub(crate) fn leasehold(redis: &RedisServer) -> Command {
     let mut c = Command::new(BIN);
-    c.env_remove("LEASEHOLD_REDIS_URL")
-        .env_remove("LEASEHOLD_STORE")
-        .env_remove("LEASEHOLD_KEY_PREFIX")
-        .env_remove("LEASEHOLD_RETENTION")
-        .env_remove("RUST_LOG")
+    clean_env(&mut c);
+    c.env_remove("RUST_LOG")
         .env("NO_COLOR", "1")
         .env("LEASEHOLD_REDIS_URL", redis.url())
         .stdin(Stdio::null());
+    c
+}
+
+/// The variables `leasehold` reads options from, which a test must not inherit.
+pub(crate) const OPTION_VARIABLES: &[&str] = &[
+    "LEASEHOLD_REDIS_URL",
+    "LEASEHOLD_STORE",
+    "LEASEHOLD_KEY_PREFIX",
+    "LEASEHOLD_RETENTION",
+    "LEASEHOLD_ALLOW_EVICTION",
+    "LEASEHOLD_TTL",
+    "LEASEHOLD_GRACE",
+    "LEASEHOLD_WAIT",
+    "LEASEHOLD_ON_SUSPECT",
+    "LEASEHOLD_BUSY_EXIT_CODE",
+    "LEASEHOLD_METRICS_ADDR",
+    "LEASEHOLD_HEALTH",
+    "LEASEHOLD_METRICS_FILE",
+    "LEASEHOLD_HOLDER",
+];
+
+/// Removes [`OPTION_VARIABLES`] from `c`'s environment.
+pub(crate) fn clean_env(c: &mut Command) -> &mut Command {
+    for var in OPTION_VARIABLES {
+        c.env_remove(var);
+    }
     c
 }
 
@@ -52,5 +77,21 @@ pub(crate) fn wait_with_timeout(child: &mut Child, within: Duration) -> ExitStat
             panic!("leasehold did not exit within {within:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// This machine's wall clock, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Sleeps until the wall clock reads `ms` (at once if it has).
+pub(crate) fn sleep_until(ms: u64) {
+    let now = now_ms();
+    if ms > now {
+        std::thread::sleep(Duration::from_millis(ms - now));
     }
 }

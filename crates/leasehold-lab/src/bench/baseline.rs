@@ -8,7 +8,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rand::Rng as _;
+use rand::RngExt as _;
 
 static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("baseline_release.lua")));

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rand::Rng as _;
+use rand::RngExt as _;
 
 use super::measure::mono_ns;
 

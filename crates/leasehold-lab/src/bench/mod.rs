@@ -65,17 +65,17 @@ pub enum Scenario {
 pub struct BenchArgs {
     /// Short runs (under a minute in all), for a smoke check
     ///
-    /// Short runs (under a minute in all), for a smoke check; the figures are noisier.
+    /// The figures are noisier.
     #[arg(long)]
     pub quick: bool,
     /// Print one JSON object on stdout instead of the table
     ///
-    /// Print one JSON object on stdout instead of the table (progress still goes to stderr).
+    /// Progress still goes to stderr.
     #[arg(long)]
     pub json: bool,
     /// PostgreSQL for S4
     ///
-    /// PostgreSQL for S4. S4 on PostgreSQL is skipped, with a note, when it cannot be reached.
+    /// S4 on PostgreSQL is skipped, with a note, when it cannot be reached.
     #[arg(
         long,
         value_name = "URL",
@@ -100,7 +100,7 @@ pub struct BenchArgs {
     pub leases: u64,
     /// Also run S2 with the baseline lock polling (tasks mode)
     ///
-    /// Also run S2 with the baseline lock polling (tasks mode), to show what wake-ups buy.
+    /// In tasks mode, to show what wake-ups buy.
     #[arg(long)]
     pub baseline_s2: bool,
     /// The executable to run as `__bench-worker` (default: this executable).

@@ -157,7 +157,7 @@ async fn duplicate_orders(
                 deduplicated += 1;
                 format!("refused (409): {e}")
             }
-            Err(e) => format!("error: {e}"),
+            Err(e) => format!("error: {}", e.report()),
         };
         tl.sql(Actor::A, shown_call, &outcome);
     }
@@ -252,7 +252,7 @@ async fn last_units(
                 oversell_refused += 1;
                 format!("0 rows, refused: {e}")
             }
-            Err(e) => format!("error: {e}"),
+            Err(e) => format!("error: {}", e.report()),
         };
         tl.sql(
             Actor::B,
@@ -321,7 +321,7 @@ async fn payment_callbacks(
                 "1 row: paid".to_owned()
             }
             Err(e @ Error::TransitionRace { .. }) => format!("0 rows, refused: {e}"),
-            Err(e) => format!("error: {e}"),
+            Err(e) => format!("error: {}", e.report()),
         };
         tl.sql(
             Actor::C,

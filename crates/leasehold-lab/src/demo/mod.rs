@@ -35,15 +35,14 @@ use style::Style;
 pub struct DemoArgs {
     /// Use this Redis instead of starting a private redis-server
     ///
-    /// Use this Redis instead of starting a private redis-server. The demo's keys live under a
-    /// unique prefix and are deleted at the end.
+    /// The demo's keys live under a unique prefix and are deleted at the end.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
     /// Run only this scene (1-8); repeat for several
     ///
-    /// Run only this scene (1-8); repeat for several. Scene 6 starts its own Sentinel set (a
-    /// primary, a replica and three sentinels) and scene 7 its own three Redis masters, also with
-    /// `--redis`; scene 8 puts a proxy of its own between its leader and Redis.
+    /// Scene 6 starts its own Sentinel set (a primary, a replica and three sentinels) and scene 7
+    /// its own three Redis masters, also with `--redis`; scene 8 puts a proxy of its own between
+    /// its leader and Redis.
     #[arg(long, value_name = "N", value_parser = scene_number)]
     pub scene: Vec<u8>,
     /// The `leasehold` binary the worker processes run (default: this executable).

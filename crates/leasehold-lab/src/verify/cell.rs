@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::checker::{self, Interval};
+use super::resource::HistoryRow;
 use super::rig::{spawn_worker, LockStory, LockUrls, Log, RunContext, WorkerProc, WorkerSpec};
 use super::store::redis::Servers;
 use super::strategy::Strategy;
@@ -64,6 +65,9 @@ pub struct CellResult {
     /// Pairs of lease holding intervals that overlapped, as the workers reported them
     /// (informational; `null` without a lock).
     pub overlapping_holders: Option<u64>,
+    /// Accepted writes whose fence was lower than one accepted before them (`null` for a strategy
+    /// without a fence). Where the resource checks the fence, any is a broken promise.
+    pub fence_regressions: Option<u64>,
     /// Whether leasehold documents the strategy as safe (then any violation or stall fails the run).
     pub safe_by_design: bool,
     /// Under `partition`, for a strategy with a leasehold lease: when the cut-off holder's long
@@ -76,6 +80,9 @@ pub struct CellResult {
     /// The picture data for the HTML report.
     #[serde(skip)]
     pub(crate) timeline: Option<Timeline>,
+    /// The writes the resource accepted, in full, for `--history-dir`.
+    #[serde(skip)]
+    pub(crate) accepted: Vec<HistoryRow>,
 }
 
 impl CellResult {
@@ -101,11 +108,13 @@ impl CellResult {
             refused_stale: 0,
             refused_by_guard: 0,
             overlapping_holders: None,
+            fence_regressions: None,
             safe_by_design: strategy.safe_by_design(),
             stop_rule: None,
             note,
             elapsed_ms: 0,
             timeline: None,
+            accepted: Vec::new(),
         }
     }
 
@@ -114,9 +123,11 @@ impl CellResult {
         self.stalls > 0 || self.lock_without_expiry
     }
 
-    /// Whether a strategy documented as safe failed here.
+    /// Whether a strategy documented as safe failed here: a violation, a stall, or (where the
+    /// resource checks the fence) a fence accepted after a higher one.
     pub(crate) fn broke_a_promise(&self) -> bool {
-        self.safe_by_design && (self.violations.unwrap_or(0) > 0 || self.stalled())
+        let fence_broken = self.strategy.fenced() && self.fence_regressions.unwrap_or(0) > 0;
+        self.safe_by_design && (self.violations.unwrap_or(0) > 0 || self.stalled() || fence_broken)
     }
 }
 

@@ -83,6 +83,20 @@ pub(crate) fn check(workload: Workload, history: &[HistoryRow]) -> Verdict {
     verdict
 }
 
+/// Accepted writes (in the order the resource accepted them) whose fence is lower than one the
+/// resource accepted before: where the resource checks the fence, each is a stale write let through.
+pub(crate) fn fence_regressions(history: &[HistoryRow]) -> u64 {
+    let mut highest = i64::MIN;
+    let mut regressions = 0;
+    for row in history {
+        if row.fence < highest {
+            regressions += 1;
+        }
+        highest = highest.max(row.fence);
+    }
+    regressions
+}
+
 /// One holder's interval, by its own clock and account.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct Interval {
@@ -159,6 +173,23 @@ mod tests {
     fn inventory_sale_without_decrement_is_an_oversell() {
         let h = [row(1, "1", Some("5"), "4"), row(2, "1", Some("4"), "4")];
         assert_eq!(check(Workload::Inventory, &h).count(), 1);
+    }
+
+    #[test]
+    fn a_fence_lower_than_one_accepted_before_is_a_regression() {
+        let fenced = |seq, fence| HistoryRow {
+            fence,
+            ..row(seq, "1", Some("0"), "1")
+        };
+        let h = [
+            fenced(1, 3),
+            fenced(2, 3),
+            fenced(3, 5),
+            fenced(4, 4),
+            fenced(5, 6),
+        ];
+        assert_eq!(fence_regressions(&h), 1);
+        assert_eq!(fence_regressions(&h[..3]), 0);
     }
 
     #[test]

@@ -182,21 +182,29 @@ pub struct VerifyArgs {
     /// Write the cells as a JSON array to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write each cell's record (verdict, writes, holders) into this directory
+    ///
+    /// As each cell finishes, one JSON Lines file per cell (`NNN-WORKLOAD-FAULT-STRATEGY.jsonl`):
+    /// the cell's verdict, every write the resource accepted
+    /// (who, with which fence, when), every holder's interval with its fence, the stale writes
+    /// refused, the stalled lock waits and the fault windows. `crates/leasehold-lab/tools/check_history.py`
+    /// judges them on its own and exits 1 where it disagrees with a verdict.
+    #[arg(long, value_name = "DIR")]
+    pub history_dir: Option<PathBuf>,
     /// Write an HTML report into this directory (`index.html`)
     ///
-    /// Write an HTML report (table and SVG timelines) into this directory (`index.html`).
+    /// A table and SVG timelines.
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
     /// Use this Redis instead of private redis-server processes
     ///
-    /// Use this Redis instead of private redis-server processes. Faults that kill Redis are skipped.
+    /// Faults that kill Redis are skipped.
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
     /// Use this database (postgres://… or sqlite://FILE)
     ///
-    /// Use this database (postgres://… or sqlite://FILE) instead of a temporary SQLite file. Each cell
-    /// works in its own schema on PostgreSQL (dropped afterwards) or its own `r<run>_c<cell>_` tables
-    /// on SQLite (kept, for inspection).
+    /// Instead of a temporary SQLite file. Each cell works in its own schema on PostgreSQL
+    /// (dropped afterwards) or its own `r<run>_c<cell>_` tables on SQLite (kept, for inspection).
     #[arg(long, value_name = "URL")]
     pub database: Option<String>,
     /// Only these workloads, comma-separated (names: see --help)
@@ -219,11 +227,10 @@ pub struct VerifyArgs {
     pub ttl_ms: u64,
     /// Fault injections per cell (default: 1 with --quick, else 5)
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50),
-          long_help = format!("Fault injections per cell (default: 1 with --quick, else 5)\n\nFault injections per cell (default: 1 with --quick, otherwise 5, and 2 for the Sentinel and Cluster failovers and for the strategies on {}).", run_wide_names("and")))]
+          long_help = format!("Fault injections per cell (default: 1 with --quick, else 5)\n\nWithout --quick, 2 for the Sentinel and Cluster failovers and for the strategies on {}.", run_wide_names("and")))]
     pub injections: Option<u32>,
     /// When a lease holder's long critical section starts to stop under `partition`
     ///
-    /// When a lease holder's long critical section starts to stop under the `partition` fault:
     /// `in-time` when `Lease::stopping(grace)` says so, the grace being the longest shutdown the
     /// lease allows (its shutdown and write done by `Lease::stop_by`, before the store may hand the
     /// name on), `at-loss` when the lease is lost at its deadline (the old rule,
@@ -239,7 +246,7 @@ pub struct VerifyArgs {
 fn quick_help() -> String {
     let stores = run_wide_names("and");
     format!(
-        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nA short run for CI and a first look (under 3 minutes on 2 cores): every strategy and workload under the pause fault (the strategies on {stores} and the elections on the counter only), and every fault on the counter workload (the elections under the pause only, the partition on lease and lease-fence only), one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
+        "A short run for CI and a first look (under 3 minutes on 2 cores)\n\nEvery strategy and workload under the pause fault (the strategies on {stores} and the elections on the counter only), and every fault on the counter workload (the elections under the pause only, the partition on lease and lease-fence only), one injection per cell. Without it, every cell of the matrix with 5 injections each (2 for the Sentinel and Cluster failovers, which take seconds each, and for the strategies on {stores}; under 30 minutes on 2 cores)."
     )
 }
 
@@ -267,6 +274,7 @@ impl Default for VerifyArgs {
         Self {
             quick: false,
             json: None,
+            history_dir: None,
             report: None,
             redis: None,
             database: None,

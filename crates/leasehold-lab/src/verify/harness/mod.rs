@@ -10,6 +10,7 @@ mod plan;
 mod tally;
 
 use std::io::IsTerminal as _;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -32,9 +33,12 @@ pub(crate) async fn run(args: VerifyArgs) -> anyhow::Result<i32> {
             "no cells to run: the --workload/--fault/--strategy filters exclude everything"
         );
     }
+    if let Some(dir) = &args.history_dir {
+        report::history::prepare(dir)?;
+    }
     announce(&ctx, &args, &cells);
     let started = Instant::now();
-    let Some(results) = run_cells(&ctx, &cells).await else {
+    let Some(results) = run_cells(&ctx, &cells, args.history_dir.as_deref()).await else {
         return Ok(130);
     };
     let wall = started.elapsed();
@@ -122,10 +126,12 @@ fn progress_bar(len: usize) -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
-/// Runs every cell in order; `None` when the run was interrupted.
+/// Runs every cell in order, writing each one's record into `history` when given; `None` when the
+/// run was interrupted.
 async fn run_cells(
     ctx: &RunContext,
     cells: &[(Workload, Fault, Strategy)],
+    history: Option<&Path>,
 ) -> Option<Vec<CellResult>> {
     let bar = progress_bar(cells.len());
     let mut results = Vec::with_capacity(cells.len());
@@ -154,11 +160,19 @@ async fn run_cells(
                 }
             }
         };
-        let line = format!("[{}/{}] {label}: {}", i + 1, cells.len(), summary(&result));
+        let mut line = format!("[{}/{}] {label}: {}", i + 1, cells.len(), summary(&result));
+        let mut unwritten = false;
+        if let Some(dir) = history {
+            // A record that cannot be written is said, and the run goes on: the verdict stands.
+            if let Err(e) = report::history::write_cell(dir, i, &result) {
+                line.push_str(&format!(" (its record not written: {e:#})"));
+                unwritten = true;
+            }
+        }
         match &bar {
             Some(bar) => {
                 bar.inc(1);
-                if result.status == CellStatus::Error {
+                if result.status == CellStatus::Error || unwritten {
                     bar.println(line);
                 }
             }
@@ -233,12 +247,16 @@ fn exit_code(results: &[CellResult]) -> i32 {
     if !broken.is_empty() {
         for r in &broken {
             eprintln!(
-                "FAILED: {} × {} × {} is documented as safe but showed {} {}{}",
+                "FAILED: {} × {} × {} is documented as safe but showed {} {}{}{}",
                 r.workload,
                 r.fault,
                 r.strategy,
                 r.violations.unwrap_or(0),
                 r.violation_kind,
+                match r.fence_regressions {
+                    Some(n) if n > 0 => format!(", {n} fences accepted after a higher one"),
+                    _ => String::new(),
+                },
                 if r.stalled() {
                     " and a lock nobody could take"
                 } else {

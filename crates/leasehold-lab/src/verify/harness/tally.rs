@@ -155,11 +155,15 @@ pub(super) fn result(
         refused_stale: tally.stale,
         refused_by_guard: tally.guarded,
         overlapping_holders: strategy.locks().then_some(overlap_pairs),
+        fence_regressions: strategy
+            .leased()
+            .then(|| checker::fence_regressions(history)),
         safe_by_design: strategy.safe_by_design(),
         stop_rule: (fault == Fault::Partition && strategy.leased()).then_some(cell.ctx.stop_rule),
         note,
         elapsed_ms: 0,
         timeline: Some(timeline),
+        accepted: history.to_vec(),
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Limit: the timelines draw the holders' own account of their intervals (the lock keeps no history);
 //! the writes and their violations on it come from the resource's history. The timelines' SVG is
-//! `svg.rs`.
+//! `svg.rs`; each cell's record for an outside checker (`--history-dir`) is `history.rs`.
 
+pub(crate) mod history;
 mod svg;
 
 use std::fmt::Write as _;

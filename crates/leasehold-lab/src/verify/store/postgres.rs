@@ -37,18 +37,18 @@ async fn start() -> anyhow::Result<Started> {
 /// The PostgreSQL at the benchmarks' `--database`, with leasehold's tables made or brought up to
 /// date first (as S4 does there), so that a fresh machine measures it rather than skipping it.
 async fn measured(database: String) -> anyhow::Result<Started> {
-    // Its error alone, as the benchmarks' note has always said it (not the chain of its causes).
+    // Its error and causes on one line, as the benchmarks' note has always said it.
     let db = match leasehold::db::Database::connect(&database).await {
         Ok(db) => db,
-        Err(e) => anyhow::bail!("{e}"),
+        Err(e) => anyhow::bail!("{}", e.report()),
     };
     let migrated = db.migrate().await;
     db.close().await;
     if let Err(e) = migrated {
-        anyhow::bail!("making leasehold's tables failed: {e}");
+        anyhow::bail!("making leasehold's tables failed: {}", e.report());
     }
     if let Err(e) = leasehold::LeaseClient::connect(&database).await {
-        anyhow::bail!("{e}");
+        anyhow::bail!("{}", e.report());
     }
     Ok(Started::new(database, ()))
 }

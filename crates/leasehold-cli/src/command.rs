@@ -161,23 +161,62 @@ pub(crate) async fn finish(args: &RunArgs, lease: Lease, ended: Ended) -> i32 {
 }
 
 /// Starts the command through the watcher and supervises it until it ended; the lease is still
-/// held (or lost) afterwards, for the caller to record and release.
+/// held (or lost) afterwards, for the caller to record and release. The steps: the lease renewed
+/// once if it was handed over short ([`full_ttl_ahead`]), the command started ([`start`]), every
+/// event watched until the watcher says it is all gone ([`Supervision`]), the fallback if the
+/// watcher died ([`stop_without_watcher`]).
 pub(crate) async fn run_command(
     args: &RunArgs,
     lease: &Lease,
     signals: &mut Signals,
     env: Vec<(&'static str, String)>,
 ) -> Ended {
-    let program = args
-        .command
-        .first()
-        .expect("clap requires at least one COMMAND word")
-        .to_string_lossy()
-        .into_owned();
     // Not on a terminal (cron, systemd, CI): the command gets its own process group, so a lost lease
     // stops the whole tree, not only the direct child. On a terminal it stays in our group, so it can
     // read the terminal (a background group would be stopped by SIGTTIN) and gets Ctrl-C from it.
     let terminal = std::io::stdin().is_terminal();
+    churn_threads();
+    if let Err(code) = full_ttl_ahead(args, lease).await {
+        return Ended::Failed(code);
+    }
+    let (mut watcher, pid) = match start(args, lease, env, terminal).await {
+        Ok(started) => started,
+        Err(ended) => return ended,
+    };
+    let mut s = Supervision {
+        args,
+        lease,
+        terminal,
+        suspect_seen: false,
+        stopped_suspect: false,
+        lost_reason: None,
+        exited: None,
+        stopping: false,
+        stopped_early: false,
+    };
+    if s.watch(&mut watcher, signals).await == WatcherGone::Yes {
+        eprintln!(
+            "leasehold: the watcher process (pid {}) died; stopping the command (pid {pid}) from here",
+            watcher.pid().map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+        );
+        stop_without_watcher(
+            Some(Pid::from_raw(pid as i32)),
+            terminal,
+            &args.name,
+            lease.fence(),
+            args.supervise.grace,
+        )
+        .await;
+    }
+    watcher.reap().await;
+    if s.lost_reason.is_some() || s.stopped_suspect || s.stopped_early {
+        return Ended::Lost;
+    }
+    Ended::Exited(s.exited)
+}
+
+/// The test knob: a thread of the runtime's pool started and left to expire every so often.
+fn churn_threads() {
     if let Some(every) = thread_churn() {
         tokio::spawn(async move {
             loop {
@@ -186,9 +225,16 @@ pub(crate) async fn run_command(
             }
         });
     }
-    if let Err(code) = full_ttl_ahead(args, lease).await {
-        return Ended::Failed(code);
-    }
+}
+
+/// Starts the command through the watcher: the watcher and the command's pid, or how it ended
+/// (it could not be started; the watcher died before saying, and whatever it started is stopped).
+async fn start(
+    args: &RunArgs,
+    lease: &Lease,
+    env: Vec<(&'static str, String)>,
+    terminal: bool,
+) -> Result<(Watcher, u32), Ended> {
     let spec = watcher::Spec {
         command: &args.command,
         env: [
@@ -201,21 +247,25 @@ pub(crate) async fn run_command(
         grace: args.supervise.grace,
         terminal,
     };
-    let mut watcher = match Watcher::start(spec).await {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!(
-                "leasehold: cannot start the watcher process for the command: {e}; command not run"
-            );
-            return Ended::Failed(exit::SOFTWARE);
-        }
-    };
-    let pid = match watcher.next().await {
-        Some(Report::Started(pid)) => pid,
+    let mut watcher = Watcher::start(spec).await.map_err(|e| {
+        eprintln!(
+            "leasehold: cannot start the watcher process for the command: {e}; command not run"
+        );
+        Ended::Failed(exit::SOFTWARE)
+    })?;
+    match watcher.next().await {
+        Some(Report::Started(pid)) => Ok((watcher, pid)),
         Some(Report::Failed { code, message }) => {
-            eprintln!("leasehold: cannot run {program}: {message}");
+            let program = args
+                .command
+                .first()
+                .map(|p| p.to_string_lossy().into_owned());
+            eprintln!(
+                "leasehold: cannot run {}: {message}",
+                program.unwrap_or_default()
+            );
             watcher.reap().await;
-            return Ended::Failed(code);
+            Err(Ended::Failed(code))
         }
         _ => {
             // It may have died between starting the command and saying so: look for it.
@@ -231,129 +281,159 @@ pub(crate) async fn run_command(
             )
             .await;
             watcher.reap().await;
-            return Ended::Failed(exit::SOFTWARE);
+            Err(Ended::Failed(exit::SOFTWARE))
         }
-    };
-    let lost = lease.lost();
-    let mut health = lease.health();
-    // Warned of (or stopped for) a suspect lease: once per run.
-    let mut suspect_seen = false;
-    let mut stopped_suspect = false;
-    let mut lost_reason: Option<LostReason> = None;
-    let mut exited: Option<i32> = None;
-    let mut stopping = false;
-    // Stopped because the lease was about to lapse (the stop-before-hand-over rule).
-    let mut stopped_early = false;
-    let early_stop_off = args.supervise.stop_at_deadline;
+    }
+}
 
-    let watcher_gone = loop {
-        tokio::select! {
-            report = watcher.next() => match report {
-                Some(Report::Exited(code)) => {
-                    exited = Some(code);
-                    if !stopping {
-                        // Whatever the command left running in its group or below it must not
-                        // outlive the lease either.
-                        watcher.send(Order::Stop(args.supervise.grace)).await;
-                        stopping = true;
-                    }
+/// Whether the watcher process went away without saying the command is gone.
+#[derive(Debug, PartialEq, Eq)]
+enum WatcherGone {
+    Yes,
+    No,
+}
+
+/// What happened so far to a running command and its lease.
+struct Supervision<'a> {
+    args: &'a RunArgs,
+    lease: &'a Lease,
+    terminal: bool,
+    /// Warned of (or stopped for) a suspect lease: once per run.
+    suspect_seen: bool,
+    stopped_suspect: bool,
+    lost_reason: Option<LostReason>,
+    exited: Option<i32>,
+    /// A stop was ordered (SIGTERM sent, SIGKILL to follow).
+    stopping: bool,
+    /// Stopped because the lease was about to lapse (the stop-before-hand-over rule).
+    stopped_early: bool,
+}
+
+impl Supervision<'_> {
+    /// Watches until the watcher says everything is gone (or is gone itself): its reports, the
+    /// lease's stop instant, its loss, its health, and the signals to pass on.
+    async fn watch(&mut self, watcher: &mut Watcher, signals: &mut Signals) -> WatcherGone {
+        let (args, lease) = (self.args, self.lease);
+        let lost = lease.lost();
+        let mut health = lease.health();
+        let early_stop_off = args.supervise.stop_at_deadline;
+        loop {
+            let running = !self.stopping && self.exited.is_none();
+            tokio::select! {
+                report = watcher.next() => match report {
+                    Some(Report::Stopped) => return WatcherGone::No,
+                    None => return WatcherGone::Yes,
+                    Some(report) => self.reported(watcher, report).await,
+                },
+                stop = lease.stopping(args.supervise.grace), if !early_stop_off && running => {
+                    self.stop_before_lapse(watcher, stop).await;
                 }
-                Some(Report::Leftovers(n)) => eprintln!(
-                    "leasehold: the command exited but left {n} process(es) running; sending them SIGTERM, SIGKILL in {}",
-                    show(args.supervise.grace)
-                ),
-                Some(Report::Killing) => eprintln!(
-                    "leasehold: the command outlived --grace {}; sending SIGKILL",
-                    show(args.supervise.grace)
-                ),
-                Some(Report::Stopped) => break false,
-                Some(Report::Started(_) | Report::Failed { .. }) => {}
-                None => break true,
-            },
-            stop = lease.stopping(args.supervise.grace), if !early_stop_off && !stopping && exited.is_none() => {
-                let grace = grace_left(args, lease);
-                match stop {
-                    Stop::Lost(reason) => {
-                        lost_reason = Some(reason);
-                        eprintln!(
-                            "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
-                            args.name, show(grace)
-                        );
-                    }
-                    _ => {
-                        stopped_early = true;
-                        eprintln!(
-                            "leasehold: lease `{}` is about to lapse: {stop}; sending SIGTERM to the command, SIGKILL in {} (before anyone else can hold the name)",
-                            args.name, show(grace)
-                        );
-                    }
+                // The old rule (`--stop-at-deadline`), and the reason of a loss once stopping.
+                reason = lost.fired(), if self.lost_reason.is_none() && self.exited.is_none() => {
+                    self.lost(watcher, reason).await;
                 }
-                watcher.send(Order::Stop(grace)).await;
-                stopping = true;
-            }
-            // The old rule (`--stop-at-deadline`), and the reason of a loss once stopping.
-            reason = lost.fired(), if lost_reason.is_none() && exited.is_none() => {
-                lost_reason = Some(reason);
-                if !stopping {
-                    let grace = grace_left(args, lease);
-                    eprintln!(
-                        "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
-                        args.name, show(grace)
-                    );
-                    watcher.send(Order::Stop(grace)).await;
-                    stopping = true;
+                now = health.at_risk(), if !self.suspect_seen && self.lost_reason.is_none() && running => {
+                    self.at_risk(watcher, now).await;
                 }
-            }
-            now = health.at_risk(), if !suspect_seen && lost_reason.is_none() && exited.is_none() && !stopping => {
-                suspect_seen = true;
-                if let LeaseHealth::Suspect { reason } = now {
-                    let lapses = show(lease.remaining());
-                    match args.supervise.on_suspect {
-                        OnSuspect::Warn => eprintln!(
-                            "leasehold: warning: lease `{}` is at risk: {reason}; the command runs on (its deadline is in {lapses}; --on-suspect stop would stop it now)",
-                            args.name
-                        ),
-                        OnSuspect::Stop => {
-                            let grace = grace_left(args, lease);
-                            eprintln!(
-                                "leasehold: lease `{}` is at risk: {reason}; --on-suspect stop: sending SIGTERM to the command, SIGKILL in {}",
-                                args.name, show(grace)
-                            );
-                            stopped_suspect = true;
-                            watcher.send(Order::Stop(grace)).await;
-                            stopping = true;
-                        }
+                sig = signals.recv() => {
+                    // On a terminal, Ctrl-C and Ctrl-\ already reached the command from the terminal.
+                    let from_terminal = matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
+                    if !(self.terminal && from_terminal) {
+                        watcher.send(Order::Signal(sig)).await;
                     }
-                }
-            }
-            sig = signals.recv() => {
-                // On a terminal, Ctrl-C and Ctrl-\ already reached the command from the terminal.
-                let from_terminal = matches!(sig, Signal::SIGINT | Signal::SIGQUIT);
-                if !(terminal && from_terminal) {
-                    watcher.send(Order::Signal(sig)).await;
                 }
             }
         }
-    };
-    if watcher_gone {
-        eprintln!(
-            "leasehold: the watcher process (pid {}) died; stopping the command (pid {pid}) from here",
-            watcher.pid().map(|p| p.to_string()).unwrap_or_else(|| "?".into())
-        );
-        stop_without_watcher(
-            Some(Pid::from_raw(pid as i32)),
-            terminal,
-            &args.name,
-            lease.fence(),
-            args.supervise.grace,
-        )
-        .await;
     }
-    watcher.reap().await;
-    if lost_reason.is_some() || stopped_suspect || stopped_early {
-        return Ended::Lost;
+
+    /// Orders the stop, SIGKILL `grace` after SIGTERM.
+    async fn stop(&mut self, watcher: &mut Watcher, grace: Duration) {
+        watcher.send(Order::Stop(grace)).await;
+        self.stopping = true;
     }
-    Ended::Exited(exited)
+
+    async fn reported(&mut self, watcher: &mut Watcher, report: Report) {
+        let grace = self.args.supervise.grace;
+        match report {
+            Report::Exited(code) => {
+                self.exited = Some(code);
+                if !self.stopping {
+                    // Whatever the command left running in its group or below it must not
+                    // outlive the lease either.
+                    self.stop(watcher, grace).await;
+                }
+            }
+            Report::Leftovers(n) => eprintln!(
+                "leasehold: the command exited but left {n} process(es) running; sending them SIGTERM, SIGKILL in {}",
+                show(grace)
+            ),
+            Report::Killing => eprintln!(
+                "leasehold: the command outlived --grace {}; sending SIGKILL",
+                show(grace)
+            ),
+            Report::Started(_) | Report::Failed { .. } | Report::Stopped => {}
+        }
+    }
+
+    /// The lease's stop instant came (or it was lost first): SIGTERM now, SIGKILL at that instant.
+    async fn stop_before_lapse(&mut self, watcher: &mut Watcher, stop: Stop) {
+        let name = &self.args.name;
+        let grace = grace_left(self.args, self.lease);
+        match stop {
+            Stop::Lost(reason) => {
+                self.lost_reason = Some(reason);
+                eprintln!(
+                    "leasehold: lost lease `{name}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
+                    show(grace)
+                );
+            }
+            _ => {
+                self.stopped_early = true;
+                eprintln!(
+                    "leasehold: lease `{name}` is about to lapse: {stop}; sending SIGTERM to the command, SIGKILL in {} (before anyone else can hold the name)",
+                    show(grace)
+                );
+            }
+        }
+        self.stop(watcher, grace).await;
+    }
+
+    async fn lost(&mut self, watcher: &mut Watcher, reason: LostReason) {
+        self.lost_reason = Some(reason);
+        if !self.stopping {
+            let grace = grace_left(self.args, self.lease);
+            eprintln!(
+                "leasehold: lost lease `{}`: {reason}; sending SIGTERM to the command, SIGKILL in {}",
+                self.args.name,
+                show(grace)
+            );
+            self.stop(watcher, grace).await;
+        }
+    }
+
+    /// A suspect lease: said once, or the command stopped under `--on-suspect stop`.
+    async fn at_risk(&mut self, watcher: &mut Watcher, now: LeaseHealth) {
+        self.suspect_seen = true;
+        let LeaseHealth::Suspect { reason } = now else {
+            return;
+        };
+        let name = &self.args.name;
+        match self.args.supervise.on_suspect {
+            OnSuspect::Warn => eprintln!(
+                "leasehold: warning: lease `{name}` is at risk: {reason}; the command runs on (its deadline is in {}; --on-suspect stop would stop it now)",
+                show(self.lease.remaining())
+            ),
+            OnSuspect::Stop => {
+                let grace = grace_left(self.args, self.lease);
+                eprintln!(
+                    "leasehold: lease `{name}` is at risk: {reason}; --on-suspect stop: sending SIGTERM to the command, SIGKILL in {}",
+                    show(grace)
+                );
+                self.stopped_suspect = true;
+                self.stop(watcher, grace).await;
+            }
+        }
+    }
 }
 
 /// The grace a stop ordered now can give: `--grace`, cut so that SIGKILL comes no later than the

@@ -23,14 +23,26 @@ pub(crate) fn parse(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("`{t}` is not a duration ({e}); write it like 500ms, 30s or 1m30s"))
 }
 
-/// Formats a duration for people: `1.5s`, `250ms`, `2m 3s`.
+/// Formats a duration as a person writes it, in the largest unit that divides it: `25h`, `2d`,
+/// `90m`, `30s`, `250ms`; a measured one to a tenth of a second below a minute (`1.5s`) and to the
+/// second above (`2m3s`). So `--ttl 25h` is echoed as `25h`, never as milliseconds.
 pub(crate) fn show(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else if d < Duration::from_secs(60) {
+    let ms = d.as_millis();
+    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms.is_multiple_of(1000) && ms < 60_000 {
+        format!("{}s", ms / 1000)
+    } else if ms < 60_000 {
         format!("{:.1}s", d.as_secs_f64())
     } else {
-        humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+        humantime::format_duration(Duration::from_secs(d.as_secs()))
+            .to_string()
+            .replace(' ', "")
     }
 }
 
@@ -58,9 +70,13 @@ mod tests {
     }
 
     #[test]
-    fn shows_compactly() {
+    fn shows_compactly_and_as_written() {
         assert_eq!(show(Duration::from_millis(250)), "250ms");
         assert_eq!(show(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(show(Duration::from_secs(123)), "2m 3s");
+        assert_eq!(show(Duration::from_secs(30)), "30s");
+        assert_eq!(show(Duration::from_secs(123)), "2m3s");
+        for written in ["25h", "2d", "90m", "10s", "1h", "500ms", "1m30s"] {
+            assert_eq!(show(parse(written).unwrap()), written);
+        }
     }
 }

@@ -18,22 +18,26 @@
 
 use std::time::Duration;
 
-use leasehold::election::{leader_of, Election, Leader};
+use leasehold::election::{leader_of, Election, Leader, Leadership};
 use leasehold::Error;
 
 use crate::cli::{ElectArgs, LeaderArgs, RunArgs};
-use crate::command::{aborted, aborted_settled, supervise};
+use crate::command::{aborted, aborted_settled, supervise, Signals};
 use crate::duration::show;
 use crate::exit;
 use crate::hooks::Hook;
 use crate::inspect::{check_name, connect, fail};
-use crate::run::prepare;
+use crate::setup::{prepare, serve_health, Prepared};
 
 /// The `run` settings an election's leadership is supervised with.
 fn as_run_args(a: &ElectArgs) -> RunArgs {
     RunArgs {
         store: a.store.clone(),
-        wait: a.wait.unwrap_or(Duration::MAX),
+        wait: match (a.no_wait, a.wait) {
+            (true, _) => Duration::ZERO,
+            (false, wait) => wait.unwrap_or(Duration::MAX),
+        },
+        no_wait: a.no_wait,
         max_hold: None,
         min_hold: None,
         once_per: None,
@@ -63,7 +67,14 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
         (Err(code), _) | (_, Err(code)) => return code,
     };
     let mut run_args = as_run_args(&args);
-    let (opts, mut signals) = match prepare(&mut run_args) {
+    let opts = leasehold::LeaseOptions::builder()
+        .ttl(run_args.supervise.ttl)
+        .build();
+    let Prepared {
+        opts,
+        mut signals,
+        listener,
+    } = match prepare(&mut run_args.supervise, opts) {
         Ok(ready) => ready,
         Err(code) => return code,
     };
@@ -79,7 +90,7 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             Ok(e) => e,
             Err(e) => return fail(&e),
         };
-    let health = match crate::run::serve_health(&args.supervise, &client, &args.name).await {
+    let health = match serve_health(listener, &client, &args.name).await {
         Ok(h) => h,
         Err(code) => return code,
     };
@@ -88,39 +99,100 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             .clone()
             .unwrap_or_else(leasehold::election::default_holder)
     });
-    loop {
-        let leadership = tokio::select! {
-            l = election.campaign(&value, run_args.wait) => match l {
-                Ok(l) => l,
-                Err(Error::Busy { .. } | Error::WaitTimeout { .. }) => {
-                    eprintln!(
-                        "leasehold: did not lead `{}` within {}; command not run",
-                        args.name,
-                        show(run_args.wait)
-                    );
-                    return args.supervise.busy_exit_code;
-                }
-                // With --again an outage (or a leadership lost before it was recorded) sends
-                // the candidate back to standby, not out: it campaigns again after a pause.
-                Err(e) if args.again && standby_after(&e) => {
-                    eprintln!(
-                        "leasehold: campaign for `{}` failed: {}; campaigning again (--again)",
-                        args.name,
-                        exit::describe(&e)
-                    );
-                    tokio::select! {
-                        _ = tokio::time::sleep(again_pause()) => continue,
-                        sig = signals.recv() => return aborted(sig, "not a candidate any more"),
-                    }
-                }
-                Err(e) => return fail(&e),
-            },
-            sig = signals.recv() => return aborted_settled(
-                &client,
+    let candidate = Candidate {
+        args: &args,
+        run_args,
+        client,
+        election,
+        value,
+        health,
+        on_lead,
+        on_lose,
+    };
+    candidate.stand(&mut signals).await
+}
+
+/// A candidate ready to campaign: what each term needs.
+struct Candidate<'a> {
+    args: &'a ElectArgs,
+    run_args: RunArgs,
+    client: leasehold::LeaseClient,
+    election: Election,
+    value: String,
+    health: Option<crate::health::Health>,
+    on_lead: Option<Hook>,
+    on_lose: Option<Hook>,
+}
+
+/// What a campaign came to.
+enum Campaign {
+    Leads(Leadership),
+    /// Back to standby (`--again` after an outage).
+    Again,
+    /// Done: exit with this code.
+    Exit(i32),
+}
+
+impl Candidate<'_> {
+    /// Campaigns, leads, and (with `--again`) campaigns again, until a signal or the end.
+    async fn stand(&self, signals: &mut Signals) -> i32 {
+        loop {
+            let leadership = match self.campaign(signals).await {
+                Campaign::Leads(l) => l,
+                Campaign::Again => continue,
+                Campaign::Exit(code) => return code,
+            };
+            let code = self.lead(leadership, signals).await;
+            if !self.args.again || signals.last().is_some() {
+                return code;
+            }
+            if self.args.verbose {
+                eprintln!("leasehold: campaigning for `{}` again", self.args.name);
+            }
+        }
+    }
+
+    /// One campaign, within `--wait`; a signal withdraws it.
+    async fn campaign(&self, signals: &mut Signals) -> Campaign {
+        let (args, wait) = (self.args, self.run_args.wait);
+        let result = tokio::select! {
+            l = self.election.campaign(&self.value, wait) => l,
+            sig = signals.recv() => return Campaign::Exit(aborted_settled(
+                &self.client,
                 sig,
                 "withdrawn from the campaign (a leadership taken meanwhile is resigned)",
-            ).await,
+            ).await),
         };
+        match result {
+            Ok(l) => Campaign::Leads(l),
+            Err(Error::Busy { .. } | Error::WaitTimeout { .. }) => {
+                eprintln!(
+                    "leasehold: did not lead `{}` within {}; command not run",
+                    args.name,
+                    show(wait)
+                );
+                Campaign::Exit(args.supervise.busy_exit_code)
+            }
+            // With --again an outage (or a leadership lost before it was recorded) sends the
+            // candidate back to standby, not out: it campaigns again after a pause.
+            Err(e) if args.again && standby_after(&e) => {
+                eprintln!(
+                    "leasehold: campaign for `{}` failed: {}; campaigning again (--again)",
+                    args.name,
+                    exit::describe(&e)
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(again_pause()) => Campaign::Again,
+                    sig = signals.recv() => Campaign::Exit(aborted(sig, "not a candidate any more")),
+                }
+            }
+            Err(e) => Campaign::Exit(fail(&e)),
+        }
+    }
+
+    /// One term: advertised, the hooks around it, the command supervised as `run`'s; its code.
+    async fn lead(&self, leadership: Leadership, signals: &mut Signals) -> i32 {
+        let (args, value) = (self.args, &self.value);
         let term = leadership.term();
         if args.verbose {
             eprintln!(
@@ -128,7 +200,7 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
                 args.name
             );
         }
-        if let Some(h) = &health {
+        if let Some(h) = &self.health {
             h.advertising(Some(serde_json::json!({
                 "name": args.name,
                 "term": term.get(),
@@ -137,20 +209,20 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
             })));
             h.holding(Some((leadership.health(), term)));
         }
-        if let Some(hook) = &on_lead {
-            hook.run("lead", &args.name, term.get(), &value).await;
+        if let Some(hook) = &self.on_lead {
+            hook.run("lead", &args.name, term.get(), value).await;
         }
         let code = supervise(
-            &run_args,
+            &self.run_args,
             leadership.into_lease(),
-            &mut signals,
+            signals,
             vec![("LEASEHOLD_TERM", term.to_string())],
         )
         .await;
-        if let Some(hook) = &on_lose {
-            hook.run("lose", &args.name, term.get(), &value).await;
+        if let Some(hook) = &self.on_lose {
+            hook.run("lose", &args.name, term.get(), value).await;
         }
-        if let Some(h) = &health {
+        if let Some(h) = &self.health {
             h.holding(None);
             h.advertising(None);
         }
@@ -160,12 +232,7 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
                 args.name
             );
         }
-        if !args.again || signals.last().is_some() {
-            return code;
-        }
-        if args.verbose {
-            eprintln!("leasehold: campaigning for `{}` again", args.name);
-        }
+        code
     }
 }
 

@@ -1,5 +1,5 @@
-//! `--health ADDR` on `run` and `elect`: `/healthz` and `/leader` over HTTP, for Kubernetes probes and
-//! load balancers.
+//! `--health ADDR` (or `--metrics-addr ADDR`: one listener) on `run` and `elect`: `/healthz` and
+//! `/leader` over HTTP, for Kubernetes probes and load balancers, beside `/metrics` ([`crate::http`]).
 //!
 //! Promise: every answer comes from what the process already knows, never from a request to the
 //! store made while the client waits, so it comes within milliseconds (the tests hold it to 200 ms)
@@ -12,23 +12,21 @@
 //! succeeded, and `"self"`: whether this process leads, by its own lease), 200 when this process
 //! leads and 503 when it does not: for routing traffic to the leader, never as a readiness probe
 //! (standbys would never be ready and a rolling update would never finish; docs/election.md has
-//! the recipe). Anything else is 404.
+//! the recipe). `/metrics` is Prometheus's text ([`crate::prom`]); anything else is 404.
 //!
 //! Limit: what the answer says may change the moment after, and the leader another process reads
 //! is up to `as_of_ms` old; it is for probes and routing, never for deciding who may write (the
 //! term is).
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::StatusCode;
 use leasehold::{Fence, HealthWatch, LeaseClient, LeaseHealth};
+
+use crate::http::{Reply, TEXT};
 
 /// What the endpoints report: the lease held now (its health and fence), and how to ask who leads.
 #[derive(Clone)]
@@ -62,13 +60,13 @@ const READ_EVERY: Duration = Duration::from_millis(500);
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Health {
-    /// Serves `/healthz` and `/leader` on `addr` for `name` from now on, in the background.
+    /// Serves `/healthz`, `/leader` and `/metrics` on `listener` for `name` from now on, in the
+    /// background.
     pub(crate) async fn serve(
-        addr: SocketAddr,
+        listener: std::net::TcpListener,
         client: &LeaseClient,
         name: &str,
     ) -> std::io::Result<Self> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
         let health = Health {
             inner: Arc::new(Inner {
                 client: client.clone(),
@@ -91,32 +89,24 @@ impl Health {
             }
         });
         let serving = health.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let h = serving.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let h = h.clone();
-                        async move { Ok::<_, std::convert::Infallible>(h.answer(req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        crate::http::serve(
+            listener,
+            "/healthz, /leader or /metrics",
+            move |path| match path {
+                "/healthz" => Some(serving.healthz()),
+                "/leader" => Some(serving.leader()),
+                _ => None,
+            },
+        )?;
         Ok(health)
     }
 
-    /// The lease this process holds now (`None`: none).
     /// What this process leads with (`None` when it does not lead), beside [`holding`](Self::holding).
     pub(crate) fn advertising(&self, own: Option<serde_json::Value>) {
         *self.inner.own.lock().unwrap_or_else(|e| e.into_inner()) = own;
     }
 
+    /// The lease this process holds now (`None`: none).
     pub(crate) fn holding(&self, held: Option<(HealthWatch, Fence)>) {
         *self.inner.held.lock().unwrap_or_else(|e| e.into_inner()) = held;
     }
@@ -129,17 +119,9 @@ impl Health {
             .clone()
     }
 
-    async fn answer<B>(&self, req: Request<B>) -> Response<Full<Bytes>> {
-        match req.uri().path() {
-            "/healthz" => self.healthz(),
-            "/leader" => self.leader(),
-            _ => reply(StatusCode::NOT_FOUND, "try /healthz or /leader\n".into()),
-        }
-    }
-
     /// The held lease's health (the watchdog updates it on every renewal's outcome, so it is as
     /// fresh as the last renewal attempt), or a standby's.
-    fn healthz(&self) -> Response<Full<Bytes>> {
+    fn healthz(&self) -> Reply {
         let read = {
             let seen = self.inner.seen.lock().unwrap_or_else(|e| e.into_inner());
             match (&seen.leader, &seen.error) {
@@ -169,7 +151,7 @@ impl Health {
     }
 
     /// Who leads, from the background reader's last read and this process's own lease.
-    fn leader(&self) -> Response<Full<Bytes>> {
+    fn leader(&self) -> Reply {
         let mine = self
             .held()
             .filter(|(h, _)| !matches!(h.current(), LeaseHealth::Lost { .. }))
@@ -219,7 +201,7 @@ impl Health {
         } else {
             StatusCode::SERVICE_UNAVAILABLE
         };
-        reply(status, format!("{v}\n"))
+        (status, "application/json", format!("{v}\n"))
     }
 }
 
@@ -247,8 +229,6 @@ async fn read_leader(inner: &Inner) {
     }
 }
 
-fn reply(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    r
+fn reply(status: StatusCode, body: String) -> Reply {
+    (status, TEXT, body)
 }

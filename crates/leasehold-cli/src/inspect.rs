@@ -18,6 +18,7 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Several `--store`/`--redis` URLs make a Redlock over that many masters.
 pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
     let urls = store.urls();
+    crate::features::check_urls(&urls, true)?;
     let shown = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(" ");
     let builder = match urls.as_slice() {
         [one] => LeaseClient::builder(one.clone()),
@@ -69,18 +70,32 @@ fn json(info: &LeaseInfo, client: &LeaseClient) -> serde_json::Value {
     if let Some(obj) = v.as_object_mut() {
         obj.insert("free".into(), info.free_permits().into());
         obj.insert("store".into(), client.store_kind().to_string().into());
-        if matches!(
-            client.store_kind(),
-            leasehold::StoreKind::REDIS | leasehold::StoreKind::REDLOCK
-        ) {
-            if let Ok(keys) = client.keys(&info.name) {
-                obj.insert("fence_key".into(), keys.fence.into());
-                obj.insert("queue_key".into(), keys.queue.into());
-            }
-        }
+        redis_keys(obj, info, client);
     }
     v
 }
+
+/// For Redis and Redlock, the fence's and the queue's keys beside the lock's.
+#[cfg(feature = "redis")]
+fn redis_keys(
+    obj: &mut serde_json::Map<String, serde_json::Value>,
+    info: &LeaseInfo,
+    client: &LeaseClient,
+) {
+    if matches!(
+        client.store_kind(),
+        leasehold::StoreKind::REDIS | leasehold::StoreKind::REDLOCK
+    ) {
+        if let Ok(keys) = client.keys(&info.name) {
+            obj.insert("fence_key".into(), keys.fence.into());
+            obj.insert("queue_key".into(), keys.queue.into());
+        }
+    }
+}
+
+/// A build without Redis has no Redis keys to name.
+#[cfg(not(feature = "redis"))]
+fn redis_keys(_: &mut serde_json::Map<String, serde_json::Value>, _: &LeaseInfo, _: &LeaseClient) {}
 
 /// ` (for 3m12s)`: how long ago `unix_ms` was, by this machine's clock.
 fn since(unix_ms: u64) -> String {

@@ -2,12 +2,18 @@
 //! fault-injection verifier and the benchmarks. A thin layer over the `leasehold` and `leasehold-lab`
 //! crates.
 //!
-//! Layout: [`cli`] (clap definitions), [`run`] (`leasehold run`: acquire, supervise the command, stop
-//! it on a lost lease), [`elect`] (`leasehold elect` and `leader`: the same supervision while
-//! leading an election), [`once`] (`run --once-per` and `history`: scheduled jobs once per slot), [`cron`] (`leasehold cron`: the scheduler every replica runs), [`watcher`] (the command's parent process, which stops it when `run` dies),
-//! [`health`] (`--health`: `/healthz` and `/leader` for probes),
-//! [`inspect`] (`status`, `list`, `release --force`), [`migrate`] (leasehold's tables in a database),
-//! [`duration`] (human durations), [`exit`] (exit codes).
+//! Layout: [`cli`] (clap definitions, and the command line with each subcommand's exit statuses),
+//! [`setup`] (what `run` and `elect` do before connecting: options, signals, the listener),
+//! [`command`] (the supervised command `run`, `run --once-per`, `elect` and `cron` share: the
+//! watcher, stopping it on a lost lease, the release), [`run`] (`leasehold run`), [`elect`]
+//! (`leasehold elect` and `leader`), [`once`] (`run --once-per` and `history`), [`cron`]
+//! (`leasehold cron`), [`watcher`] (the command's parent process, which stops it when `run` dies),
+//! [`health`] (`/healthz` and `/leader`), [`http`] (the one listener, `/metrics` beside them),
+//! [`prom`] (the Prometheus recorder and `--metrics-file`), [`listen`] (listen addresses),
+//! [`inspect`] (`status`, `list`, `release --force`), `migrate` (leasehold's tables in a database;
+//! with a database feature), [`man`] (the manual page), [`features`] (the stores a build has),
+//! [`envvars`] (options from `LEASEHOLD_*` variables), [`duration`] (human durations), [`exit`]
+//! (exit codes, in one table).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -15,16 +21,24 @@ mod command;
 mod cron;
 mod duration;
 mod elect;
+mod envvars;
 mod exit;
+mod features;
 mod health;
 mod hooks;
+mod http;
 mod inspect;
+mod listen;
+mod man;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod migrate;
 mod once;
+mod prom;
 mod run;
+mod setup;
 mod watcher;
 
-use clap::{CommandFactory, Parser};
+use clap::FromArgMatches;
 
 use cli::{Cli, Command};
 
@@ -62,34 +76,15 @@ pub(crate) fn colour_on_stderr() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// The command as a shell should offer it: without the internal subcommands (the watcher and the
-/// lab's workers), which clap's completion generators would list although `-h` hides them.
-fn public_command() -> clap::Command {
-    let full = Cli::command();
-    let public: Vec<clap::Command> = full
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set())
-        .cloned()
-        .collect();
-    let mut cmd = clap::Command::new("leasehold")
-        .version(env!("CARGO_PKG_VERSION"))
-        .args(full.get_arguments().cloned())
-        .subcommands(public);
-    if let Some(about) = full.get_about() {
-        cmd = cmd.about(about.clone());
-    }
-    cmd
-}
-
 /// `completions` and `man`: generated from the clap definitions, printed to stdout.
 fn print_generated(command: &Command) -> Option<i32> {
     let mut out = std::io::stdout().lock();
     let written = match command {
         Command::Completions(a) => {
-            clap_complete::generate(a.shell, &mut public_command(), "leasehold", &mut out);
+            clap_complete::generate(a.shell, &mut man::public_command(), "leasehold", &mut out);
             Ok(())
         }
-        Command::Man => clap_mangen::Man::new(Cli::command()).render(&mut out),
+        Command::Man => man::render(&mut out),
         _ => return None,
     };
     Some(match written {
@@ -101,8 +96,69 @@ fn print_generated(command: &Command) -> Option<i32> {
     })
 }
 
+/// The command line, parsed; a usage error is printed (naming the environment variable a wrong
+/// value came from) and exits 2, `--help` and `--version` exit 0.
+fn parse() -> Cli {
+    let cmd = cli::command();
+    let parsed = cmd
+        .clone()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
+        Ok(cli) => cli,
+        // --help, --version.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprint!("{}", envvars::explain(&cmd, &e));
+            std::process::exit(exit::USAGE);
+        }
+    }
+}
+
+/// Runs a subcommand on the runtime; its exit code.
+async fn dispatch(command: Command, verbose: bool) -> anyhow::Result<i32> {
+    match command {
+        Command::Run(a) => Ok(run::run(a).await),
+        Command::Elect(a) => Ok(elect::elect(a).await),
+        Command::Leader(a) => Ok(elect::leader(a).await),
+        Command::History(a) => Ok(once::history(a).await),
+        Command::Cron(a) => Ok(cron::main(a, verbose).await),
+        Command::Status(a) => Ok(inspect::status(a).await),
+        Command::List(a) => Ok(inspect::list(a).await),
+        Command::Release(a) => Ok(inspect::release(a).await),
+        #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+        Command::Migrate(a) => Ok(migrate::migrate(a).await),
+        #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+        Command::MigrateNotBuilt(_) => Ok(features::command_not_built(
+            "migrate",
+            &["postgres", "mysql", "sqlite"],
+        )),
+        #[cfg(not(feature = "lab"))]
+        Command::DemoNotBuilt(_) => Ok(features::command_not_built("demo", &["lab"])),
+        #[cfg(not(feature = "lab"))]
+        Command::VerifyNotBuilt(_) => Ok(features::command_not_built("verify", &["lab"])),
+        #[cfg(not(feature = "lab"))]
+        Command::BenchNotBuilt(_) => Ok(features::command_not_built("bench", &["lab"])),
+        #[cfg(feature = "lab")]
+        Command::Demo(a) => leasehold_lab::demo::run(a).await,
+        #[cfg(feature = "lab")]
+        Command::Verify(a) => leasehold_lab::verify::run(a).await,
+        #[cfg(feature = "lab")]
+        Command::Bench(a) => leasehold_lab::bench::run(a).await,
+        #[cfg(feature = "lab")]
+        Command::DemoWorker(a) => leasehold_lab::demo::run_worker(a).await,
+        #[cfg(feature = "lab")]
+        Command::VerifyWorker(a) => leasehold_lab::verify::run_worker(a).await,
+        #[cfg(feature = "lab")]
+        Command::BenchWorker(a) => leasehold_lab::bench::run_worker(a).await,
+        Command::RunWatcher(_) | Command::Completions(_) | Command::Man => {
+            unreachable!("handled before the runtime starts")
+        }
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = parse();
     if let Some(code) = print_generated(&cli.command) {
         std::process::exit(code);
     }
@@ -133,34 +189,9 @@ fn main() {
             std::process::exit(exit::SOFTWARE);
         }
     };
-    let result: anyhow::Result<i32> = runtime.block_on(async move {
-        match command {
-            Command::Run(a) => Ok(run::run(a).await),
-            Command::Elect(a) => Ok(elect::elect(a).await),
-            Command::Leader(a) => Ok(elect::leader(a).await),
-            Command::History(a) => Ok(once::history(a).await),
-            Command::Cron(a) => Ok(cron::main(a, verbose).await),
-            Command::Status(a) => Ok(inspect::status(a).await),
-            Command::List(a) => Ok(inspect::list(a).await),
-            Command::Release(a) => Ok(inspect::release(a).await),
-            Command::Migrate(a) => Ok(migrate::migrate(a).await),
-            #[cfg(feature = "lab")]
-            Command::Demo(a) => leasehold_lab::demo::run(a).await,
-            #[cfg(feature = "lab")]
-            Command::Verify(a) => leasehold_lab::verify::run(a).await,
-            #[cfg(feature = "lab")]
-            Command::Bench(a) => leasehold_lab::bench::run(a).await,
-            #[cfg(feature = "lab")]
-            Command::DemoWorker(a) => leasehold_lab::demo::run_worker(a).await,
-            #[cfg(feature = "lab")]
-            Command::VerifyWorker(a) => leasehold_lab::verify::run_worker(a).await,
-            #[cfg(feature = "lab")]
-            Command::BenchWorker(a) => leasehold_lab::bench::run_worker(a).await,
-            Command::RunWatcher(_) | Command::Completions(_) | Command::Man => {
-                unreachable!("handled before the runtime starts")
-            }
-        }
-    });
+    let result = runtime.block_on(dispatch(command, verbose));
+    // `--metrics-file`: the last word, with the release counted.
+    prom::write_file();
     // Do not wait for background tasks (a dropped lease's release is already sent or expires by TTL).
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     match result {

@@ -26,6 +26,9 @@ pub(crate) async fn migrate(args: MigrateArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    if let Err(code) = crate::features::check_urls(std::slice::from_ref(&url), false) {
+        return code;
+    }
     if url.starts_with("redis") || url.starts_with("etcd") {
         eprintln!(
             "leasehold: `{}` is a store that needs no tables; migrate takes a postgres://, mysql://, mariadb:// or sqlite: URL",

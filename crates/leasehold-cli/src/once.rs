@@ -14,7 +14,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold::schedule::{self, Claim, Firing, Outcome, Schedule, SlotRecord};
+use leasehold::schedule::{self, Claim, Firing, Outcome, Schedule, Slot, SlotRecord};
 use leasehold::{LeaseClient, LeaseOptions};
 
 use crate::cli::{HistoryArgs, RunArgs};
@@ -47,18 +47,38 @@ pub(crate) async fn run(
     opts: &LeaseOptions,
     signals: &mut Signals,
 ) -> i32 {
-    let period = args.once_per.expect("called with --once-per");
-    let sched = match Schedule::every(period)
-        .and_then(|s| s.offset(args.offset.unwrap_or(Duration::ZERO)))
-    {
-        Ok(s) => s,
-        Err(e) => return fail(&e),
-    };
     if args.permits > 1 {
         eprintln!("leasehold: --once-per runs one command per slot; drop --permits");
         return exit::USAGE;
     }
     let holder = leasehold::election::default_holder();
+    let slot = match firing(args, client, opts, &holder).await {
+        Ok(slot) => slot,
+        Err(code) => return code,
+    };
+    let claimed = tokio::select! {
+        c = schedule::claim(client, &args.name, slot, opts, args.max_attempts, &holder) => c,
+        sig = signals.recv() => return crate::command::aborted_settled(client, sig, "the slot stays open").await,
+    };
+    match claimed {
+        Ok(Claim::Run(run)) => run_slot(args, slot, run, signals).await,
+        Ok(other) => not_ours(args, slot, other),
+        Err(e) => fail(&e),
+    }
+}
+
+/// The slot this firing is for; a firing past its slot's `--starting-deadline` records the slot
+/// missed and gives the code to exit with.
+async fn firing(
+    args: &RunArgs,
+    client: &LeaseClient,
+    opts: &LeaseOptions,
+    holder: &str,
+) -> Result<Slot, i32> {
+    let period = args.once_per.expect("called with --once-per");
+    let sched = Schedule::every(period)
+        .and_then(|s| s.offset(args.offset.unwrap_or(Duration::ZERO)))
+        .map_err(|e| fail(&e))?;
     // The store's clock tells a late firing from one early by a skewed clock (see
     // `Schedule::firing`); a store without one leaves the judgement to our own clock.
     let store_now = client
@@ -69,8 +89,8 @@ pub(crate) async fn run(
         .and_then(|ms| u64::try_from(ms).ok())
         .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
     let deadline = args.starting_deadline.unwrap_or(period);
-    let slot = match sched.firing(SystemTime::now(), store_now, deadline) {
-        Firing::Run(slot) => slot,
+    match sched.firing(SystemTime::now(), store_now, deadline) {
+        Firing::Run(slot) => Ok(slot),
         Firing::Missed(slot) => {
             eprintln!(
                 "leasehold: this firing of `{}` is slot {}'s, {} after its start, past --starting-deadline {}: recorded missed, command not run",
@@ -79,36 +99,33 @@ pub(crate) async fn run(
                 ago(slot.start_unix_ms),
                 show(deadline)
             );
-            if let Err(e) = schedule::mark(
+            schedule::mark(
                 client,
                 &args.name,
                 slot,
                 Outcome::Missed,
                 "deadline",
                 opts,
-                &holder,
+                holder,
             )
             .await
-            {
-                return fail(&e);
-            }
-            return args.done_exit_code;
+            .map_err(|e| fail(&e))?;
+            Err(args.done_exit_code)
         }
-    };
-    let claimed = tokio::select! {
-        c = schedule::claim(client, &args.name, slot, opts, args.max_attempts, &holder) => c,
-        sig = signals.recv() => return crate::command::aborted_settled(client, sig, "the slot stays open").await,
-    };
-    let run = match claimed {
-        Ok(Claim::Run(run)) => run,
-        Ok(Claim::Busy) => {
+    }
+}
+
+/// A slot someone else runs, ran, or gave up on: what to say and the code to exit with.
+fn not_ours(args: &RunArgs, slot: Slot, claim: Claim) -> i32 {
+    match claim {
+        Claim::Busy => {
             eprintln!(
                 "leasehold: slot {} of `{}` is running elsewhere; command not run",
                 slot.index, args.name
             );
-            return args.supervise.busy_exit_code;
+            args.supervise.busy_exit_code
         }
-        Ok(Claim::Done(r)) => {
+        Claim::Done(r) => {
             if args.verbose {
                 eprintln!(
                     "leasehold: slot {} of `{}` is done (by {}, {} ago, attempt {}); command not run",
@@ -119,9 +136,9 @@ pub(crate) async fn run(
                     r.attempts
                 );
             }
-            return args.done_exit_code;
+            args.done_exit_code
         }
-        Ok(Claim::Exhausted(r)) => {
+        Claim::Exhausted(r) => {
             eprintln!(
                 "leasehold: slot {} of `{}` failed {} time(s), the last {:?} (exit {}); --max-attempts {} reached, command not run",
                 slot.index,
@@ -131,10 +148,19 @@ pub(crate) async fn run(
                 r.exit_code.map_or("none".to_owned(), |c| c.to_string()),
                 args.max_attempts
             );
-            return code_of(&r);
+            code_of(&r)
         }
-        Err(e) => return fail(&e),
-    };
+        _ => exit::SOFTWARE,
+    }
+}
+
+/// Runs the command under the slot's lease, records its outcome, releases.
+async fn run_slot(
+    args: &RunArgs,
+    slot: Slot,
+    run: schedule::SlotRun,
+    signals: &mut Signals,
+) -> i32 {
     let (lease, record) = run.into_parts();
     if args.verbose {
         eprintln!(
@@ -210,7 +236,7 @@ fn prometheus(job: &str, records: &[SlotRecord]) -> String {
     out.push_str("# TYPE leasehold_job_last_success_timestamp_seconds gauge\n");
     if let Some(ms) = last_success {
         out.push_str(&format!(
-            "leasehold_job_last_success_timestamp_seconds{{job=\"{label}\"}} {:.3}\n",
+            "leasehold_job_last_success_timestamp_seconds{{leasehold_job=\"{label}\"}} {:.3}\n",
             ms as f64 / 1000.0
         ));
     }
@@ -225,7 +251,7 @@ fn prometheus(job: &str, records: &[SlotRecord]) -> String {
         ("skipped", Outcome::Skipped),
     ] {
         out.push_str(&format!(
-            "leasehold_job_slots{{job=\"{label}\",outcome=\"{name}\"}} {}\n",
+            "leasehold_job_slots{{leasehold_job=\"{label}\",outcome=\"{name}\"}} {}\n",
             count(o)
         ));
     }

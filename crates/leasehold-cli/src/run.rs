@@ -27,10 +27,11 @@ use std::time::Duration;
 use leasehold::{Error, Lease, LeaseClient, LeaseOptions};
 
 use crate::cli::RunArgs;
-use crate::command::{aborted, aborted_settled, supervise, Signals};
+use crate::command::{aborted, aborted_settled, supervise};
 use crate::duration::show;
 use crate::exit;
 use crate::inspect::{check_name, connect};
+use crate::setup::{prepare, serve_health, Prepared};
 
 /// Runs `leasehold run`; returns the exit code.
 pub(crate) async fn run(mut args: RunArgs) -> i32 {
@@ -44,29 +45,25 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
     if let Err(e) = leasehold::lease::holder::check_label(&holder) {
         return crate::inspect::fail(&e);
     }
-    let (opts, mut signals) = match prepare(&mut args) {
+    let opts = lease_options(&args);
+    let Prepared {
+        opts,
+        mut signals,
+        listener,
+    } = match prepare(&mut args.supervise, opts) {
         Ok(ready) => ready,
         Err(code) => return code,
     };
 
-    let mut store = args.store.clone();
-    if let Some(period) = args.once_per {
-        // The period's own limits first, reported as the period's.
-        if let Err(e) = leasehold::schedule::Schedule::every(period) {
-            return crate::inspect::fail(&e);
-        }
-        // A slot's record must outlive the slot: at least two periods (within the longest
-        // retention, which is two of the longest periods).
-        store.retention = store
-            .retention
-            .max(period.saturating_mul(2))
-            .min(leasehold::lease::client::MAX_RETENTION.max(store.retention));
-    }
+    let store = match store_for(&args) {
+        Ok(store) => store,
+        Err(code) => return code,
+    };
     let client = tokio::select! {
         c = connect(&store) => match c { Ok(c) => c, Err(code) => return code },
         sig = signals.recv() => return aborted(sig, "nothing held"),
     };
-    let health = match serve_health(&args.supervise, &client, &args.name).await {
+    let health = match serve_health(listener, &client, &args.name).await {
         Ok(h) => h,
         Err(code) => return code,
     };
@@ -82,17 +79,7 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
         ).await,
     };
     if args.verbose {
-        let permit = if args.permits > 1 {
-            format!("one of {} permits of ", args.permits)
-        } else {
-            String::new()
-        };
-        eprintln!(
-            "leasehold: acquired {permit}`{}` (fence {}, ttl {})",
-            args.name,
-            lease.fence(),
-            show(args.supervise.ttl)
-        );
+        say_acquired(&args, &lease);
     }
     if args.permits == 1 {
         // Who holds it, for `status` and `list`: one round trip; a failure costs only the label.
@@ -110,61 +97,36 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
     supervise(&args, lease, &mut signals, Vec::new()).await
 }
 
-/// `--health ADDR`: the endpoints, serving from now on; a bad or busy address is exit 2.
-pub(crate) async fn serve_health(
-    s: &crate::cli::SuperviseArgs,
-    client: &LeaseClient,
-    name: &str,
-) -> Result<Option<crate::health::Health>, i32> {
-    let Some(addr) = s.health else {
-        return Ok(None);
-    };
-    crate::health::Health::serve(addr, client, name)
-        .await
-        .map(Some)
-        .map_err(|e| {
-            eprintln!("leasehold: cannot serve --health on {addr}: {e}; pick a free address");
-            exit::USAGE
-        })
+/// The store settings: `--once-per` keeps a slot's record at least two periods.
+fn store_for(args: &RunArgs) -> Result<crate::cli::StoreArgs, i32> {
+    let mut store = args.store.clone();
+    if let Some(period) = args.once_per {
+        // The period's own limits first, reported as the period's.
+        if let Err(e) = leasehold::schedule::Schedule::every(period) {
+            return Err(crate::inspect::fail(&e));
+        }
+        // A slot's record must outlive the slot: at least two periods (within the longest
+        // retention, which is two of the longest periods).
+        store.retention = store
+            .retention
+            .max(period.saturating_mul(2))
+            .min(leasehold::lease::client::MAX_RETENTION.max(store.retention));
+    }
+    Ok(store)
 }
 
-/// What `run` and `elect` do before connecting: the lease options, the grace that fits them, the
-/// signal handlers (before anything else, so that a Ctrl-C while waiting aborts cleanly), the
-/// metrics listener. Bad input is exit 2.
-pub(crate) fn prepare(args: &mut RunArgs) -> Result<(LeaseOptions, Signals), i32> {
-    let opts = match lease_options(args).and_then(|o| {
-        let grace = args
-            .supervise
-            .grace_given
-            .unwrap_or_else(|| o.default_shutdown());
-        o.check_shutdown(grace).map(|()| (o, grace))
-    }) {
-        Ok((o, grace)) => {
-            args.supervise.grace = grace;
-            o
-        }
-        Err(e) => {
-            eprintln!("leasehold: {e}");
-            return Err(exit::USAGE);
-        }
+fn say_acquired(args: &RunArgs, lease: &Lease) {
+    let permit = if args.permits > 1 {
+        format!("one of {} permits of ", args.permits)
+    } else {
+        String::new()
     };
-    let signals = match Signals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("leasehold: cannot install signal handlers: {e}");
-            return Err(exit::SOFTWARE);
-        }
-    };
-    if let Some(addr) = args.supervise.metrics_addr {
-        if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-        {
-            eprintln!("leasehold: cannot serve metrics on {addr}: {e}; pick a free address for --metrics-addr");
-            return Err(exit::USAGE);
-        }
-    }
-    Ok((opts, signals))
+    eprintln!(
+        "leasehold: acquired {permit}`{}` (fence {}, ttl {})",
+        args.name,
+        lease.fence(),
+        show(args.supervise.ttl)
+    );
 }
 
 fn lease_options(args: &RunArgs) -> leasehold::Result<LeaseOptions> {
@@ -178,10 +140,10 @@ fn lease_options(args: &RunArgs) -> leasehold::Result<LeaseOptions> {
 }
 
 async fn acquire(client: &LeaseClient, args: &RunArgs, opts: &LeaseOptions) -> Result<Lease, i32> {
-    let result = if args.wait.is_zero() {
+    let result = if args.wait().is_zero() {
         client.try_acquire(&args.name, opts).await
     } else {
-        client.acquire(&args.name, opts, args.wait).await
+        client.acquire(&args.name, opts, args.wait()).await
     };
     match result {
         Ok(lease) => Ok(lease),
@@ -193,7 +155,7 @@ async fn acquire(client: &LeaseClient, args: &RunArgs, opts: &LeaseOptions) -> R
             );
             Err(args.supervise.busy_exit_code)
         }
-        Err(Error::WaitTimeout { waited, .. }) => {
+        Err(Error::WaitTimeout { .. }) => {
             // Ask once more how long it stays held, for the operator's next move.
             let remaining = client
                 .inspect(&args.name)
@@ -202,9 +164,9 @@ async fn acquire(client: &LeaseClient, args: &RunArgs, opts: &LeaseOptions) -> R
                 .and_then(|i| i.ttl_ms)
                 .map(Duration::from_millis);
             eprintln!(
-                "leasehold: `{}` is still busy after waiting {}{}; command not run",
+                "leasehold: `{}` is still busy after waiting {} (--wait){}; command not run",
                 args.name,
-                show(waited),
+                show(args.wait()),
                 held_for(remaining)
             );
             Err(args.supervise.busy_exit_code)

@@ -14,11 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 /// `leasehold` with a clean environment for its own variables, talking to `redis`.
 fn leasehold(redis: Option<&RedisServer>) -> Command {
     let mut c = Command::new(BIN);
-    c.env_remove("LEASEHOLD_REDIS_URL")
-        .env_remove("LEASEHOLD_STORE")
-        .env_remove("LEASEHOLD_KEY_PREFIX")
-        .env_remove("LEASEHOLD_RETENTION")
-        .env("NO_COLOR", "1");
+    cli_support::clean_env(&mut c).env("NO_COLOR", "1");
     if let Some(r) = redis {
         c.env("LEASEHOLD_REDIS_URL", r.url());
     }

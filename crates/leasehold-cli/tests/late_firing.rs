@@ -9,27 +9,14 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold_testkit::RedisServer;
 
 mod cli_support;
 
+use cli_support::{now_ms, sleep_until};
+
 const PERIOD_MS: u64 = 4_000;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-fn sleep_until(ms: u64) {
-    let now = now_ms();
-    if ms > now {
-        std::thread::sleep(Duration::from_millis(ms - now));
-    }
-}
 
 /// A slot start at least `ahead` ms away.
 fn next_boundary(ahead: u64) -> u64 {

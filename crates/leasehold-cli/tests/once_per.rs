@@ -190,11 +190,11 @@ fn five_skewed_replicas_run_each_slot_once_where_plain_run_repeats_it() {
         .unwrap();
     let prom = String::from_utf8_lossy(&prom.stdout);
     assert!(
-        prom.contains("leasehold_job_last_success_timestamp_seconds{job=\"report\"}"),
+        prom.contains("leasehold_job_last_success_timestamp_seconds{leasehold_job=\"report\"}"),
         "{prom}"
     );
     assert!(prom.contains(&format!(
-        "leasehold_job_slots{{job=\"report\",outcome=\"done\"}} {}",
+        "leasehold_job_slots{{leasehold_job=\"report\",outcome=\"done\"}} {}",
         SLOTS + 1
     )));
 

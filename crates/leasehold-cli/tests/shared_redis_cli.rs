@@ -94,6 +94,26 @@ fn a_user_without_a_command_or_a_key_exits_77_naming_it() {
     let o = cli(&srv, &url, &["run", "acl-job", "--", "true"]);
     assert_eq!(o.status.code(), Some(77), "{}", text(&o));
     assert!(text(&o).contains("TIME"), "names the command: {}", text(&o));
+    // Without RENAME (the release's command): refused before the command starts, not after it
+    // ran (which used to leave the name busy for the whole TTL and exit 74).
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let (srv, url) = server_with_user(&lines[0].replace(" +rename ", " "));
+    let o = cli(
+        &srv,
+        &url,
+        &["run", "acl-job", "--", "touch", marker.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(77), "{}", text(&o));
+    assert!(
+        text(&o).contains("RENAME"),
+        "names the command: {}",
+        text(&o)
+    );
+    assert!(!marker.exists(), "the command ran: {}", text(&o));
+    let mut con = srv.connection().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "nothing taken: {keys:?}");
     // Keys of another prefix only.
     let (srv, url) = server_with_user(&lines[0].replace("~{leasehold:*", "~{elsewhere:*"));
     let o = cli(&srv, &url, &["run", "acl-job", "--", "true"]);

@@ -38,7 +38,7 @@ use leasehold::{Error, Fence};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 const NAME: &str = "soak";

@@ -1,6 +1,7 @@
 //! End to end: `leasehold verify --quick` against private redis-server processes and a SQLite file,
 //! with real worker processes. Safe strategies must show 0 violations, the naive ones must show the
-//! bug under the pause fault, and the HTML report must render in a real browser.
+//! bug under the pause fault, the HTML report must render in a real browser, and every cell's
+//! record (`--history-dir`) must agree with the independent history checker.
 
 use std::path::Path;
 use std::process::Command;
@@ -26,12 +27,15 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("cells.json");
     let report_dir = dir.path().join("report");
+    let history_dir = dir.path().join("history");
     let started = std::time::Instant::now();
     let out = leasehold()
         .args(["verify", "--quick", "--json"])
         .arg(&json_path)
         .arg("--report")
         .arg(&report_dir)
+        .arg("--history-dir")
+        .arg(&history_dir)
         .output()
         .unwrap();
     let elapsed = started.elapsed();
@@ -176,6 +180,24 @@ fn quick_run_separates_safe_from_unsafe_and_renders_a_report() {
         assert_eq!(c["status"], "not-applicable", "{c}");
         assert!(c["violations"].is_null(), "{c}");
     }
+
+    // Every cell's record, judged by a checker that shares no code with the lab, agrees with the
+    // cell's verdict (verify_history.rs shows the checker catching a record tampered with).
+    let checked = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../leasehold-lab/tools/check_history.py"
+        ))
+        .arg("--quiet")
+        .arg(&history_dir)
+        .output()
+        .expect("python3 is required for the history checker");
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("{} cells", json.len())),
+        "one record per cell: {said}"
+    );
 
     let page = std::fs::read_to_string(report_dir.join("index.html")).unwrap();
     assert!(page.contains("<svg") && page.contains("two holders at once"));

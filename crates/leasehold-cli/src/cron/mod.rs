@@ -16,7 +16,6 @@ mod file;
 mod serve;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -33,6 +32,7 @@ use crate::command::{run_command, Ended, Signals};
 use crate::duration::show;
 use crate::exit;
 use crate::inspect::{connect, fail};
+use crate::listen::ListenAddr;
 use file::CronJob;
 
 /// `leasehold cron`.
@@ -43,18 +43,20 @@ pub(crate) struct CronArgs {
     store: StoreArgs,
     /// Serve `/healthz` and `/metrics` on this address, e.g. 127.0.0.1:9465
     ///
-    /// Serve `/healthz` (200 while running, 503 once draining) and `/metrics` (Prometheus text:
-    /// runs by outcome, durations, last success, next run time per job) on this address.
-    #[arg(long, value_name = "ADDR")]
-    health: Option<SocketAddr>,
+    /// `/healthz` is 200 while running, 503 before the jobs are loaded and once draining;
+    /// `/metrics` is Prometheus text (runs by outcome, durations, last success, next run time, per
+    /// job in the label `leasehold_job`). `:PORT` listens on every interface; a host name is
+    /// resolved.
+    #[arg(long, value_name = "ADDR", env = "LEASEHOLD_HEALTH", value_parser = crate::listen::parse,
+          help_heading = "Monitoring")]
+    health: Option<ListenAddr>,
     /// Who this replica is in the records (default: host, pid, random id).
     #[arg(long, value_name = "HOLDER")]
     holder: Option<String>,
     /// The jobs file (TOML: one [job.NAME] table per job)
     ///
-    /// The jobs file (TOML): one [job.NAME] table per job with `schedule` (a cron expression) or
-    /// `every` (an interval), `command` (an argv array) or `shell`, and options; `[defaults]` for
-    /// all. See docs/scheduled-jobs.md.
+    /// Each with `schedule` (a cron expression) or `every` (an interval), `command` (an argv
+    /// array) or `shell`, and options; `[defaults]` for all. See docs/scheduled-jobs.md.
     #[arg(value_name = "JOBS_FILE")]
     file: Option<PathBuf>,
     #[command(subcommand)]
@@ -238,6 +240,7 @@ impl CommandRunner {
         RunArgs {
             store: self.store.clone(),
             wait: Duration::ZERO,
+            no_wait: true,
             max_hold: None,
             min_hold: None,
             once_per: None,
@@ -254,6 +257,7 @@ impl CommandRunner {
                 busy_exit_code: exit::BUSY,
                 metrics_addr: None,
                 health: None,
+                metrics_file: None,
             },
             holder: None,
             permits: 1,
@@ -424,8 +428,9 @@ async fn daemon(args: &CronArgs, path: &Path, verbose: bool) -> i32 {
             return exit::SOFTWARE;
         }
     };
-    let served = match args.health {
-        Some(addr) => match serve::Served::start(addr).await {
+    let names: Vec<&str> = jobs.iter().map(|j| j.job.name()).collect();
+    let served = match &args.health {
+        Some(addr) => match serve::Served::start(addr, &names) {
             Ok(s) => Some(s),
             Err(e) => {
                 eprintln!("leasehold: cannot serve --health on {addr}: {e}; pick a free address");

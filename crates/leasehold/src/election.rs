@@ -21,9 +21,11 @@
 //!
 //! Limit: a leader paused past its lease, or a failover that lost the lock write, gives two
 //! leaders for a while, as it gives two holders of a lease; only a resource that checks the term
-//! keeps the data right. [`Election::observe`] asks the store at a fixed interval (default 250 ms,
-//! two reads per ask), so a change is seen up to that late; it is for dashboards, routing and
-//! health checks, never for deciding who may write.
+//! keeps the data right. [`Election::observe`] learns of a change within about one round trip where
+//! the store pushes changes (Redis, PostgreSQL, etcd), but a notice can be lost (a dropped
+//! connection), so it also reads every [`DEFAULT_SAFETY_EVERY`] and at the lease's known end; a store
+//! that cannot push (MariaDB/MySQL, Redlock) is read every [`DEFAULT_OBSERVE_EVERY`]. What it reports
+//! is for dashboards, routing and health checks, never for deciding who may write.
 //!
 //! # Example: lead, advertise an address, step down on loss
 //!
@@ -52,8 +54,9 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
-use crate::lease::store::{LeaseInfo, MAX_NOTE_LEN};
+use crate::lease::store::{Changes, LeaseInfo, MAX_NOTE_LEN};
 use crate::lease::{HealthWatch, Lease, LeaseClient, LeaseHealth, LeaseOptions, LostSignal};
+use tokio::time::Instant;
 
 /// Longest advertised value, in bytes: what is left of a note for it beside the term, the holder
 /// identity and the time.
@@ -62,8 +65,19 @@ pub const MAX_VALUE_LEN: usize = 512;
 /// Longest holder identity, in bytes.
 pub const MAX_HOLDER_LEN: usize = 128;
 
-/// How often [`Observer`] asks the store, unless told otherwise.
+/// How often [`Observer`] reads a store that cannot push changes (MariaDB/MySQL, Redlock, a store
+/// of your own without [`Store::changes`](crate::lease::store::Store::changes)), unless told
+/// otherwise ([`Observer::every`]): a change there is seen up to this late (plus one read).
 pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(250);
+
+/// How often [`Observer`] reads a store that pushes changes (Redis, PostgreSQL, etcd) besides on
+/// each notice and at the lease's known end, unless told otherwise ([`Observer::safety_every`]):
+/// what bounds the delay when a notice is lost.
+pub const DEFAULT_SAFETY_EVERY: Duration = Duration::from_secs(2);
+
+/// Read this long after the lease's remaining TTL as last read, so that the read lands after the
+/// store's expiry: a lapsed lease is a change nobody announces.
+const AFTER_END: Duration = Duration::from_millis(5);
 
 /// An election on one name, through one client. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -266,14 +280,18 @@ impl Election {
     }
 
     /// Follows the leader of the name: [`Observer::changed`] completes with each change (a new
-    /// leader, a new value, nobody), asking the store every [`DEFAULT_OBSERVE_EVERY`] (see
-    /// [`Observer::every`]).
+    /// leader, a new value, nobody). Where the store pushes changes it reads on each notice, at the
+    /// lease's known end and every [`DEFAULT_SAFETY_EVERY`]; elsewhere every
+    /// [`DEFAULT_OBSERVE_EVERY`] (see [`Observer::every`], [`Observer::safety_every`]).
     pub fn observe(&self) -> Observer {
         Observer {
             client: self.client.clone(),
             name: self.name.clone(),
             every: DEFAULT_OBSERVE_EVERY,
+            safety_every: DEFAULT_SAFETY_EVERY,
             last: None,
+            changes: None,
+            subscribe_at: None,
         }
     }
 }
@@ -411,18 +429,45 @@ impl Leadership {
 }
 
 /// Follows who leads a name ([`Election::observe`]).
+///
+/// Promise: on a store that pushes changes (Redis, PostgreSQL, etcd) a change is reported within
+/// about one round trip of it: a new leader, a new value, a resignation, a forced release, and a
+/// lapsed lease (read at its known end; etcd pushes that too). A notice can be lost (a dropped
+/// connection, a server restart): the change is then seen at the next read of the safety interval
+/// ([`Observer::safety_every`], default [`DEFAULT_SAFETY_EVERY`]) at the latest. A store that cannot
+/// push is read every [`Observer::every`] (default [`DEFAULT_OBSERVE_EVERY`]).
+///
+/// Limit: what it reports is a reading, already old when it arrives; never decide who may write by
+/// it (present the term to a fenced resource instead). Changes that come close together may be
+/// reported as one (the last), and a plain lease taking the name is reported by the next read of
+/// the safety interval (only the election's record and releases are announced).
 #[derive(Debug)]
 pub struct Observer {
     client: LeaseClient,
     name: String,
+    /// The read interval where the store cannot push.
     every: Duration,
+    /// The read interval besides notices where it can: bounds the delay of a lost notice.
+    safety_every: Duration,
     last: Option<Option<Leader>>,
+    /// The store's notices for the name, while subscribed.
+    changes: Option<Changes>,
+    /// When to try subscribing again after the store could not (`None`: at the next read).
+    subscribe_at: Option<Instant>,
 }
 
 impl Observer {
-    /// Asks the store every `every` (at least 10 ms) instead of [`DEFAULT_OBSERVE_EVERY`].
+    /// Reads a store that cannot push changes every `every` (at least 10 ms) instead of
+    /// [`DEFAULT_OBSERVE_EVERY`].
     pub fn every(mut self, every: Duration) -> Self {
         self.every = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Reads a store that pushes changes every `every` (at least 10 ms) besides on each notice,
+    /// instead of [`DEFAULT_SAFETY_EVERY`]: the longest a lost notice delays a change.
+    pub fn safety_every(mut self, every: Duration) -> Self {
+        self.safety_every = every.max(Duration::from_millis(10));
         self
     }
 
@@ -431,9 +476,15 @@ impl Observer {
         self.last.as_ref()
     }
 
+    /// Whether the store pushes this observer its changes now (known after the first
+    /// [`changed`](Self::changed)); `false`: it reads every [`every`](Self::every).
+    pub fn is_pushed(&self) -> bool {
+        self.changes.is_some()
+    }
+
     /// Completes with the leader when it differs from the last one reported (the first call
     /// reports the current one at once): a new term, a new value, or nobody (`None`). The remaining
-    /// TTL alone is no change.
+    /// TTL alone is no change. Each call reads the store first.
     ///
     /// # Errors
     ///
@@ -441,9 +492,12 @@ impl Observer {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a change not yet reported is reported by the next call.
+    /// Cancel safe: a change not yet reported is reported by the next call. Dropping the observer
+    /// ends its subscription.
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
         loop {
+            // Subscribed before the read, so that no change after the read goes unnoticed.
+            self.subscribe().await;
             let now = leader_of(&self.client, &self.name).await?;
             let same = |a: &Option<Leader>, b: &Option<Leader>| match (a, b) {
                 (None, None) => true,
@@ -454,7 +508,51 @@ impl Observer {
                 self.last = Some(now.clone());
                 return Ok(now);
             }
-            tokio::time::sleep(self.every).await;
+            self.wait(now.as_ref().and_then(|l| l.ttl_ms)).await;
+        }
+    }
+
+    /// Opens the store's notices when there are none and it is time to try.
+    async fn subscribe(&mut self) {
+        if self.changes.is_some() || self.subscribe_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        match self.client.changes(&self.name).await {
+            Ok(Some(c)) => {
+                self.changes = Some(c);
+                self.subscribe_at = None;
+            }
+            Ok(None) | Err(_) => {
+                self.subscribe_at = Some(Instant::now() + self.safety_every);
+            }
+        }
+    }
+
+    /// Waits for the next read: a notice, the lease's known end (`ttl_ms` left as last read), or
+    /// the interval.
+    async fn wait(&mut self, ttl_ms: Option<u64>) {
+        let interval = if self.changes.is_some() {
+            self.safety_every
+        } else {
+            self.every
+        };
+        let pause = match ttl_ms {
+            Some(ms) => interval.min(Duration::from_millis(ms) + AFTER_END),
+            None => interval,
+        };
+        let Some(changes) = self.changes.as_mut() else {
+            tokio::time::sleep(pause).await;
+            return;
+        };
+        tokio::select! {
+            alive = changes.notice() => {
+                if !alive {
+                    // The store stopped pushing: read now, subscribe again later.
+                    self.changes = None;
+                    self.subscribe_at = Some(Instant::now() + self.safety_every);
+                }
+            }
+            () = tokio::time::sleep(pause) => {}
         }
     }
 }

@@ -820,6 +820,13 @@ impl LeaseClient {
         self.store().read_note(name).await
     }
 
+    /// Notices of changes to `name` pushed by the store ([`Store::changes`]); `None` where it
+    /// cannot push. What [`Observer`](crate::election::Observer) waits on between reads.
+    pub(crate) async fn changes(&self, name: &str) -> Result<Option<crate::lease::store::Changes>> {
+        self.store().check_name(name)?;
+        self.store().changes(name).await
+    }
+
     /// The store's wall clock, in milliseconds since the Unix epoch, read in one request (Redis
     /// `TIME`, PostgreSQL `clock_timestamp()`, MariaDB `NOW(3)`); `None` for a store with no clock
     /// of its own (etcd) or several (Redlock). [`schedule::StoreClock`](crate::schedule::StoreClock)

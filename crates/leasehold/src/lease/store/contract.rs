@@ -450,11 +450,68 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         Ok(None)
     }
 
+    /// Notices of changes to `name` (a new holder, a release, a forced release, a new note), pushed
+    /// by the store as they happen: subscribed before this returns, so a change committed after it
+    /// returns is noticed. `None` (the default): this store cannot push (MariaDB/MySQL, a store of
+    /// your own), or cannot now (its subscription could not be opened); the reader then reads on a
+    /// timer. Dropping the [`Changes`] ends the subscription. A notice can be lost (a dropped
+    /// connection), so a reader also reads on a slow timer of its own.
+    async fn changes(&self, name: &str) -> Result<Option<Changes>> {
+        let _ = name;
+        Ok(None)
+    }
+
     /// Reads the state of each name without touching it.
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>>;
 
     /// Names under this client's prefix matching the glob `pattern`, with their state.
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>>;
+}
+
+/// Notices that a name may have changed, from a store that pushes them ([`Store::changes`]).
+///
+/// A notice says only "read again": it carries no state, notices that come close together are
+/// merged into one, and one may be lost (a connection that dropped and came back is itself reported
+/// as a notice, but what changed while it was down is not). Dropping it ends the subscription.
+pub struct Changes {
+    /// Bumped by the store on each notice (and on a reconnect); its sender is dropped when the
+    /// store stops pushing.
+    notices: tokio::sync::watch::Receiver<u64>,
+    /// Whatever keeps the store's subscription alive; dropped after `notices`, so that the store
+    /// sees no receiver left when it is told.
+    _subscription: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl Changes {
+    /// Notices from `notices` (the store bumps its sender on each), with `subscription` kept alive
+    /// as long as they are wanted (its `Drop` may end the store's subscription: it must not block).
+    pub fn new(
+        notices: tokio::sync::watch::Receiver<u64>,
+        subscription: impl std::any::Any + Send + Sync,
+    ) -> Self {
+        Changes {
+            notices,
+            _subscription: Box::new(subscription),
+        }
+    }
+
+    /// Waits for the next notice: `true` on one, `false` when the store stopped pushing (it was
+    /// dropped, or gave the subscription up): read on a timer from then on.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a notice that came in meanwhile is returned by the next call.
+    pub async fn notice(&mut self) -> bool {
+        self.notices.changed().await.is_ok()
+    }
+}
+
+impl fmt::Debug for Changes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Changes")
+            .field("notices", &*self.notices.borrow())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Longest note a holder may write beside its lease ([`Store::write_note`]): room for a leader's

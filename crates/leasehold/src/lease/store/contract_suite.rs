@@ -498,6 +498,104 @@ pub async fn an_observer_sees_each_change(env: impl Harness) {
     assert_eq!(next(&mut watch).await, None, "resigned: nobody");
 }
 
+/// Contract test (see the module doc): on a store that pushes changes (Redis, PostgreSQL, etcd) an
+/// observer hears of each change (a new leader, a new value, a resignation, a forced release, a
+/// lapsed lease) far sooner than its safety interval; on one that cannot, within its poll interval.
+pub async fn an_observer_is_told_of_a_change_within_a_round_trip(env: impl Harness) {
+    use crate::election::{Election, Leader, Observer};
+    let (a, b, op) = (env.client().await, env.client().await, env.client().await);
+    let kind = a.store_kind().name();
+    let pushes = matches!(kind, "redis" | "postgres" | "etcd");
+    let every = ms(250);
+    let o = opts(10_000);
+    let e = Election::new(&a, "pushed", &o).unwrap();
+    // Far above every bound below: only a notice can make them.
+    let mut watch = Election::new(&b, "pushed", &o)
+        .unwrap()
+        .observe()
+        .every(every)
+        .safety_every(ms(2_000));
+    assert_eq!(watch.changed().await.unwrap(), None, "first: nobody");
+    assert_eq!(
+        watch.is_pushed(),
+        pushes,
+        "does the {kind} store push changes?"
+    );
+    let bound = if pushes { ms(100) } else { every + ms(250) };
+    // How long after `done` the observer reports what `want` accepts.
+    let until = async |w: &mut Observer, done: Instant, want: &dyn Fn(&Option<Leader>) -> bool| loop {
+        let seen = tokio::time::timeout(ms(5_000), w.changed())
+            .await
+            .expect("a change is seen")
+            .unwrap();
+        if want(&seen) {
+            return Instant::now().saturating_duration_since(done);
+        }
+    };
+    let value = |v: &'static str| {
+        move |l: &Option<Leader>| l.as_ref().and_then(|l| l.value.as_deref()) == Some(v)
+    };
+    let nobody = |l: &Option<Leader>| l.is_none();
+    let mut delays = Vec::new();
+    let mut l = e.campaign("one", Duration::ZERO).await.unwrap();
+    delays.push((
+        "new leader",
+        until(&mut watch, Instant::now(), &value("one")).await,
+    ));
+    l.proclaim("two").await.unwrap();
+    delays.push((
+        "new value",
+        until(&mut watch, Instant::now(), &value("two")).await,
+    ));
+    l.resign().await.unwrap();
+    delays.push(("resigned", until(&mut watch, Instant::now(), &nobody).await));
+    let _l = e.campaign("three", Duration::ZERO).await.unwrap();
+    until(&mut watch, Instant::now(), &value("three")).await;
+    op.force_release("pushed").await.unwrap();
+    delays.push((
+        "forced release",
+        until(&mut watch, Instant::now(), &nobody).await,
+    ));
+    for (change, took) in &delays {
+        assert!(
+            *took < bound,
+            "{kind}: {change} seen after {took:?} (bound {bound:?}; all: {delays:?})"
+        );
+    }
+    // A lapsed lease (a leader killed, or cut off): seen at its known end, which nobody announces.
+    let short = LeaseOptions::builder()
+        .ttl(ms(800))
+        .no_renewal()
+        .build()
+        .unwrap();
+    let lapsing = Election::new(&a, "pushed", &short).unwrap();
+    let _gone = lapsing.campaign("four", Duration::ZERO).await.unwrap();
+    let seen = tokio::time::timeout(ms(5_000), async {
+        loop {
+            if let Some(l) = watch.changed().await.unwrap() {
+                if l.value.as_deref() == Some("four") {
+                    return l;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the new leader is seen");
+    let read_at = Instant::now();
+    let end = ms(seen.ttl_ms.expect("a held lease has a TTL"));
+    let took = until(&mut watch, read_at, &nobody).await;
+    // etcd revokes expired leases on its own cadence (every 500 ms); the others expire on time.
+    let slack = match (pushes, kind) {
+        (true, "etcd") => ms(700),
+        (true, _) => ms(150),
+        (false, _) => every + ms(250),
+    };
+    assert!(
+        took < end + slack,
+        "{kind}: lapse seen {took:?} after a read that left {end:?}"
+    );
+}
+
 /// Contract test (see the module doc): a bad value or holder is refused before anything is sent,
 /// and leaves nothing held.
 pub async fn garbage_election_values_are_refused_before_anything_is_sent(env: impl Harness) {
@@ -626,6 +724,7 @@ macro_rules! contract_suite {
             a_resignation_hands_over_within_a_round_trip,
             proclaim_changes_the_value_and_a_deposed_leader_cannot,
             an_observer_sees_each_change,
+            an_observer_is_told_of_a_change_within_a_round_trip,
             garbage_election_values_are_refused_before_anything_is_sent,
             a_slot_runs_once_and_its_record_is_kept,
         );

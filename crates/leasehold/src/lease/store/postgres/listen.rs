@@ -6,6 +6,10 @@
 //! session listening; a notification that arrives before the contender starts waiting is kept (one
 //! per name, for [`LINGER`]) and ends its wait at once.
 //!
+//! The same session listens on the change channel for the observers of elections
+//! ([`Observers`]): a leader's record written, a release of a row that carries one, a forced
+//! release; each notification bumps the notices of its name.
+//!
 //! Limit: a notification sent while the session is down (the server restarted, the connection
 //! dropped) is lost; every waiter is then woken to ask again, and one that was not yet waiting
 //! notices the free lease when its wait ends, at most the holder's remaining time plus jitter later.
@@ -21,7 +25,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::statements::{payload_name, CHANNEL};
+use super::statements::{payload_name, CHANGE_CHANNEL, CHANNEL};
 
 /// How long a wake-up that found nobody waiting is kept for the next waiter of its name. A stale
 /// wake-up costs that waiter one extra acquire attempt, no more.
@@ -106,6 +110,40 @@ impl Wakeups {
     }
 }
 
+/// The notices of each observed name: a notification on the change channel bumps its name's, a
+/// reopened session bumps them all (what was notified meanwhile is lost: every observer reads).
+#[derive(Debug, Default)]
+pub(super) struct Observers {
+    /// One sender per name with observers; dropped when its last observer is gone.
+    senders: Mutex<HashMap<Box<str>, tokio::sync::watch::Sender<u64>>>,
+}
+
+impl Observers {
+    /// Notices for `name`, from now on.
+    pub(super) fn subscribe(&self, name: &str) -> tokio::sync::watch::Receiver<u64> {
+        let mut senders = lock(&self.senders);
+        senders.retain(|_, s| s.receiver_count() > 0);
+        senders
+            .entry(name.into())
+            .or_insert_with(|| tokio::sync::watch::Sender::new(0))
+            .subscribe()
+    }
+
+    /// A change of `name` was notified.
+    fn changed(&self, name: &str) {
+        if let Some(s) = lock(&self.senders).get(name) {
+            s.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Notifications may have been lost: every observer reads again.
+    fn all_changed(&self) {
+        for s in lock(&self.senders).values() {
+            s.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
 fn prune(slots: &mut HashMap<Box<str>, Slot>, now: Instant) {
     if slots.len() >= PRUNE_ABOVE {
         slots.retain(|_, s| Arc::strong_count(&s.notify) > 1 || now.duration_since(s.at) <= LINGER);
@@ -121,6 +159,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(super) struct Listener {
     /// Where notifications go.
     pub(super) wakeups: Arc<Wakeups>,
+    /// Where change notifications go.
+    pub(super) observers: Arc<Observers>,
     /// Whether the session runs, or when its start last failed.
     state: tokio::sync::Mutex<State>,
     /// Stops the session's task when the store is dropped.
@@ -158,6 +198,7 @@ impl Listener {
     ) -> Self {
         Listener {
             wakeups: Arc::new(Wakeups::default()),
+            observers: Arc::new(Observers::default()),
             state: tokio::sync::Mutex::new(State::NotStarted),
             stop: CancellationToken::new(),
             options,
@@ -168,11 +209,12 @@ impl Listener {
 
     /// Makes sure the session listens before the caller sends an acquire that may wait. A session
     /// that cannot be started is not an error of the acquire: waiting then ends by its time bound.
-    pub(super) async fn ensure(&self) {
+    /// Whether it listens.
+    pub(super) async fn ensure(&self) -> bool {
         let mut state = self.state.lock().await;
         match *state {
-            State::Running => return,
-            State::Failed(at) if at.elapsed() < RETRY_START_AFTER => return,
+            State::Running => return true,
+            State::Failed(at) if at.elapsed() < RETRY_START_AFTER => return false,
             _ => {}
         }
         match tokio::time::timeout(self.connect_timeout * 2, open(&self.options)).await {
@@ -181,18 +223,21 @@ impl Listener {
                     listener,
                     self.options.clone(),
                     self.prefix.clone(),
-                    self.wakeups.clone(),
+                    (self.wakeups.clone(), self.observers.clone()),
                     self.stop.clone(),
                 ));
                 *state = State::Running;
+                true
             }
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot LISTEN; waiters will ask again when their wait ends");
                 *state = State::Failed(Instant::now());
+                false
             }
             Err(_) => {
                 tracing::debug!("LISTEN timed out; waiters will ask again when their wait ends");
                 *state = State::Failed(Instant::now());
+                false
             }
         }
     }
@@ -204,7 +249,7 @@ impl Drop for Listener {
     }
 }
 
-/// Opens a session and listens on the lease channel.
+/// Opens a session and listens on the lease channel and the change channel.
 async fn open(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
     // A pool of one, only so that the listener can reconnect by itself after a dropped connection.
     let pool = PgPoolOptions::new()
@@ -216,7 +261,7 @@ async fn open(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
         .connect_lazy_with(options.clone());
     let mut listener = PgListener::connect_with(&pool).await?;
     listener.ignore_pool_close_event(true);
-    listener.listen(CHANNEL).await?;
+    listener.listen_all([CHANNEL, CHANGE_CHANNEL]).await?;
     Ok(listener)
 }
 
@@ -225,9 +270,13 @@ async fn run(
     mut listener: PgListener,
     options: PgConnectOptions,
     prefix: Arc<str>,
-    wakeups: Arc<Wakeups>,
+    (wakeups, observers): (Arc<Wakeups>, Arc<Observers>),
     stop: CancellationToken,
 ) {
+    let lost = || {
+        wakeups.wake_all();
+        observers.all_changed();
+    };
     loop {
         let received = tokio::select! {
             _ = stop.cancelled() => return,
@@ -236,15 +285,19 @@ async fn run(
         match received {
             Ok(Some(n)) => {
                 if let Some(name) = payload_name(n.payload(), &prefix) {
-                    wakeups.wake(name);
+                    if n.channel() == CHANGE_CHANNEL {
+                        observers.changed(name);
+                    } else {
+                        wakeups.wake(name);
+                    }
                 }
             }
             // The connection dropped and was reopened (and listens again): whatever was notified
             // in between is lost.
-            Ok(None) => wakeups.wake_all(),
+            Ok(None) => lost(),
             Err(e) => {
                 tracing::debug!(error = %e, "listening session failed; reopening it");
-                wakeups.wake_all();
+                lost();
                 listener = loop {
                     let pause = Duration::from_millis(rand::random_range(100..=500));
                     tokio::select! {
@@ -253,7 +306,7 @@ async fn run(
                     }
                     if let Ok(l) = open(&options).await {
                         // Releases during the gap were not heard.
-                        wakeups.wake_all();
+                        lost();
                         break l;
                     }
                 };

@@ -39,7 +39,9 @@ use tokio_util::sync::CancellationToken;
 use self::conn::Conns;
 use self::errors::{from_sqlx, pg_error};
 use self::listen::Listener;
-use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
+use super::{
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 
@@ -338,13 +340,25 @@ impl Store for PostgresStore {
                 statements::force_release(prefix.clone(), name.clone())
             })
             .await?;
-        let &(evicted, fence, _) = rows
+        let &(evicted, fence, _, _) = rows
             .first()
             .ok_or_else(|| from_sqlx(Phase::Release, sqlx::Error::RowNotFound))?;
         Ok(ForcedRelease {
             evicted,
             fence: fence_of(Phase::Release, fence)?,
         })
+    }
+
+    /// The listening session's change channel: a leader's record written, a release of a row that
+    /// carries a note, a forced release, each notified in the transaction that made it.
+    async fn changes(&self, name: &str) -> Result<Option<Changes>> {
+        if !self.listener.ensure().await {
+            return Ok(None);
+        }
+        Ok(Some(Changes::new(
+            self.listener.observers.subscribe(name),
+            (),
+        )))
     }
 
     async fn write_note(&self, held: &Held<'_>, note: &[u8]) -> Result<bool> {

@@ -16,6 +16,11 @@ use sqlx::Postgres;
 /// may hold a control character, so the separator is unambiguous).
 pub(super) const CHANNEL: &str = "leasehold_leases";
 
+/// The channel observers of a name hear its changes on (write_note.sql, a release of a row that
+/// carries a note, force_release.sql), with the payload of [`CHANNEL`]. Apart from it, so that a
+/// leader writing its record wakes no waiter.
+pub(super) const CHANGE_CHANNEL: &str = "leasehold_changes";
+
 /// Separator between prefix and name in a notification's payload.
 pub(super) const PAYLOAD_SEPARATOR: char = '\u{1f}';
 
@@ -106,10 +111,11 @@ pub(super) fn release(
         .bind(names)
         .bind(tokens)
         .bind(CHANNEL)
+        .bind(CHANGE_CHANNEL)
 }
 
-/// force_release.sql's reply: `(evicted, fence, notified)`.
-pub(super) type ForcedRow = (bool, i64, i64);
+/// force_release.sql's reply: `(evicted, fence, notified, changed)`.
+pub(super) type ForcedRow = (bool, i64, i64, i64);
 
 /// force_release.sql: free `name` whoever holds it, draw a new fence, notify waiters.
 pub(super) fn force_release(prefix: String, name: String) -> Statement<ForcedRow> {
@@ -117,6 +123,7 @@ pub(super) fn force_release(prefix: String, name: String) -> Statement<ForcedRow
         .bind(prefix)
         .bind(name)
         .bind(CHANNEL)
+        .bind(CHANGE_CHANNEL)
 }
 
 /// write_note.sql: put `note` in the row of `name` if `token` holds it; one row when written.
@@ -131,6 +138,7 @@ pub(super) fn write_note(
         .bind(name)
         .bind(token)
         .bind(note)
+        .bind(CHANGE_CHANNEL)
 }
 
 /// read_note.sql: the note of `name` (`None` in the row: none written).
@@ -263,7 +271,7 @@ mod tests {
         .is_empty()
     }
 
-    async fn force_(c: &mut PgConnection) -> (bool, i64, i64) {
+    async fn force_(c: &mut PgConnection) -> (bool, i64, i64, i64) {
         force_release(P.into(), "n".into())
             .fetch_one(c)
             .await
@@ -309,8 +317,8 @@ mod tests {
         );
         // Someone who never held it is told "not yours", before and after a release.
         assert!(!release_(&mut c, "c").await.0);
-        let (e1, f1, _) = force_(&mut c).await;
-        let (e2, f2, _) = force_(&mut c).await;
+        let (e1, f1, _, _) = force_(&mut c).await;
+        let (e2, f2, _, _) = force_(&mut c).await;
         assert!(
             e1 && !e2 && f1 > b.1 && f2 > f1,
             "forced twice: evicts once, the fence only moves up"

@@ -1,7 +1,8 @@
 -- force_release: the operator's override. Frees the name whoever holds it and draws a new fence
 -- (under the name's advisory lock, as acquire does), so the evicted holder's renewals fail and
 -- fenced resources refuse its later writes; notifies waiters.
--- $1 prefix, $2 name, $3 the notification channel.
+-- $1 prefix, $2 name, $3 the notification channel, $4 the change channel (observers of the name
+-- hear of every forced release there).
 -- One row: evicted (someone held it), fence (the new one).
 --
 -- Whether someone held it is read from the row the update locked: the new expires_at is exactly
@@ -28,5 +29,9 @@ forced AS (
 ),
 notified AS (
     SELECT pg_notify($3, $1 || chr(31) || $2) FROM forced WHERE forced.waiting
+),
+changed AS (
+    SELECT pg_notify($4, $1 || chr(31) || $2) FROM forced
 )
-SELECT forced.evicted, forced.fence, (SELECT count(*) FROM notified) AS notified FROM forced
+SELECT forced.evicted, forced.fence, (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM changed) AS changed FROM forced

@@ -1,5 +1,6 @@
 -- release: compare-and-free every lease of the batch, and notify the waiters of those that have any.
--- $1 prefix, $2 names, $3 tokens (arrays of one length), $4 the notification channel.
+-- $1 prefix, $2 names, $3 tokens (arrays of one length), $4 the notification channel, $5 the change
+-- channel (observers of a name whose row carries a note, an election's, hear its release there).
 -- One row per asked lease: name, token, released (it held our token and had not expired, or this is
 -- a retry of a release that did that).
 --
@@ -24,10 +25,13 @@ freed AS (
         expires_at = LEAST(l.expires_at, now.t)
     FROM asked, now
     WHERE l.prefix = $1 AND l.name = asked.name AND l.token = asked.token
-    RETURNING l.name, l.released_token IS NOT NULL AS live, COALESCE(l.waiting_until > now.t, false) AS waiting
+    RETURNING l.name, l.released_token IS NOT NULL AS live, COALESCE(l.waiting_until > now.t, false) AS waiting,
+              l.note IS NOT NULL AS noted
 ),
 notified AS (
     SELECT pg_notify($4, $1 || chr(31) || freed.name) FROM freed WHERE freed.waiting
+    UNION ALL
+    SELECT pg_notify($5, $1 || chr(31) || freed.name) FROM freed WHERE freed.noted
 )
 SELECT asked.name, asked.token,
        COALESCE(freed.live, false)

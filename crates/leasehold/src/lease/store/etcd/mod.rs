@@ -24,6 +24,7 @@
 //! request to a member: bounded, counted, moved on to the next member), `queue` (the contenders'
 //! queue: asking a turn, watching the key just ahead).
 
+mod changes;
 mod connect;
 pub(crate) mod errors;
 mod inspect;
@@ -53,7 +54,7 @@ use self::keys::EtcdKeys;
 use self::members::Members;
 use self::queue::{Asked, Queued};
 use self::retention::RetentionLease;
-use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
+use super::{Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 
@@ -311,6 +312,11 @@ impl Store for EtcdStore {
     /// Two round trips for a new contender (grant the etcd lease; one transaction that takes the
     /// name if nobody is queued, else queues the caller when it will wait); one (with a keep-alive
     /// alongside) for a queued contender asking again.
+    /// A watch on the name's keys (`changes.rs`).
+    async fn changes(&self, name: &str) -> Result<Option<Changes>> {
+        Ok(self.watch_changes(name).await)
+    }
+
     async fn acquire(&self, req: &Request<'_>) -> Result<Attempt> {
         refuse_replica_wait(req)?;
         let keys = self.keys(req.name);

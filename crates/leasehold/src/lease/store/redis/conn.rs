@@ -176,6 +176,13 @@ impl Nodes {
         }
     }
 
+    /// A client for a data node that hears every `PUBLISH` of the deployment: the one server, the
+    /// primary, a master of a cluster (which broadcasts every `PUBLISH` to all its nodes).
+    pub(crate) async fn client_for_any(&self) -> RedisResult<redis::Client> {
+        let addr = self.addr_for(b"").await?;
+        self.client_at(&addr)
+    }
+
     /// A client for the node at `addr` (a redirect's target).
     fn client_at(&self, addr: &str) -> RedisResult<redis::Client> {
         match self {
@@ -229,6 +236,11 @@ impl BlockingPool {
             idle: Mutex::new(Vec::new()),
             count,
         }
+    }
+
+    /// Where keys live (for a pub/sub session of the store's own).
+    pub(crate) fn nodes(&self) -> Arc<Nodes> {
+        self.nodes.clone()
     }
 
     /// An idle dedicated connection to the node that holds `key` (the primary; in a cluster the

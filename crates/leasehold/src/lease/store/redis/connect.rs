@@ -21,6 +21,8 @@ use crate::error::{Phase, Result};
 use crate::lease::store::Settings;
 use crate::url::StoreUrl;
 
+use super::changes::Feed;
+
 impl RedisStore {
     /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
     /// A malformed URL is [`Error::Invalid`]; an unreachable server, missing or wrong credentials are
@@ -51,6 +53,12 @@ impl RedisStore {
             connect_timeout,
             round_trips.clone(),
         ));
+        let feed = Arc::new(Feed::new(
+            blocking.nodes(),
+            connect_timeout,
+            response_timeout,
+            round_trips.clone(),
+        ));
         tracing::debug!(url = %location, prefix = %settings.prefix, "redis lease store connected");
         let store = RedisStore {
             shared: Counted {
@@ -71,6 +79,7 @@ impl RedisStore {
             watch: Arc::default(),
             clock: one_clock.then(Arc::default),
             server_time: Arc::default(),
+            feed,
         };
         // Every data node is asked, before anything is run, whether the user may run every command
         // leasehold sends, so that a missing one refuses now rather than at the release.

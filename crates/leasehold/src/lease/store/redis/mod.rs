@@ -26,6 +26,7 @@
 //! topologies share).
 
 pub mod acl;
+mod changes;
 mod cluster;
 pub(super) mod conn;
 mod connect;
@@ -55,7 +56,7 @@ use self::errors::{redis_error, within};
 use self::keys::LeaseKeys;
 use self::scripts::{AcquireReply, Ask, HandOver, Tuning};
 use self::server_time::ServerTime;
-use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
+use super::{Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::clock::{ClockRate, ClockWatch};
@@ -95,6 +96,9 @@ pub(crate) struct RedisStore {
     /// The server's clock as last read, so that an acquire or a release need not read it (`TIME`)
     /// for the fence's floor and a hand-over's time.
     server_time: Arc<ServerTime>,
+    /// The pub/sub session that pushes changes to observers, and the names whose release is
+    /// announced.
+    feed: Arc<changes::Feed>,
 }
 
 /// How often the renewal task looks at the data nodes' role and memory policy.
@@ -780,28 +784,59 @@ impl Store for RedisStore {
         self.clock.as_ref()?.rate()
     }
 
+    /// release.lua for each lease, pipelined; then, for those whose note this store wrote (an
+    /// election's leader resigning), a `PUBLISH` on their change channel.
     async fn release(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
-        self.flags(Phase::Release, held, |_, h| {
-            scripts::release_at(
-                &self.lock_key(h.name),
-                h.token,
-                h.opts.permits,
-                &self.tuning,
-                self.server_time.estimate(),
+        let released = self
+            .flags(Phase::Release, held, |_, h| {
+                scripts::release_at(
+                    &self.lock_key(h.name),
+                    h.token,
+                    h.opts.permits,
+                    &self.tuning,
+                    self.server_time.estimate(),
+                )
+            })
+            .await?;
+        let announce: Vec<String> = self
+            .feed
+            .take_noted(
+                held.iter()
+                    .zip(&released)
+                    .filter(|(_, r)| matches!(r, Ok(true)))
+                    .map(|(h, _)| h.name),
             )
-        })
-        .await
+            .iter()
+            .map(|name| changes::channel_of(&self.lock_key(name)))
+            .collect();
+        self.feed.publish(&self.shared, &announce).await;
+        Ok(released)
     }
 
     async fn force_release(&self, name: &str) -> Result<ForcedRelease> {
-        self.forced_release(name, None).await
+        let forced = self.forced_release(name, None).await?;
+        let channel = changes::channel_of(&self.lock_key(name));
+        self.feed.publish(&self.shared, &[channel]).await;
+        Ok(forced)
     }
 
     async fn force_release_holder(&self, name: &str, token: &str) -> Result<ForcedRelease> {
-        self.forced_release(name, Some(token)).await
+        let forced = self.forced_release(name, Some(token)).await?;
+        let channel = changes::channel_of(&self.lock_key(name));
+        self.feed.publish(&self.shared, &[channel]).await;
+        Ok(forced)
     }
 
-    /// note.lua: compare the lock's token, write the note key for the retention.
+    /// A subscription on the store's pub/sub session (`changes.rs`).
+    async fn changes(&self, name: &str) -> Result<Option<Changes>> {
+        Ok(self
+            .feed
+            .changes(changes::channel_of(&self.lock_key(name)))
+            .await)
+    }
+
+    /// note.lua: compare the lock's token, write the note key for the retention, publish on the
+    /// name's change channel.
     async fn write_note(&self, held: &Held<'_>, note: &[u8]) -> Result<bool> {
         let inv = scripts::note(
             &self.lock_key(held.name),
@@ -816,7 +851,11 @@ impl Store for RedisStore {
             scripts::invoke::<_, i64>(&mut con, &inv),
         )
         .await;
-        Ok(self.named(held.name, r).await? == 1)
+        let written = self.named(held.name, r).await? == 1;
+        if written {
+            self.feed.noted(held.name);
+        }
+        Ok(written)
     }
 
     async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {

@@ -292,6 +292,7 @@ impl Election {
             last: None,
             changes: None,
             subscribe_at: None,
+            push: true,
         }
     }
 }
@@ -454,6 +455,8 @@ pub struct Observer {
     changes: Option<Changes>,
     /// When to try subscribing again after the store could not (`None`: at the next read).
     subscribe_at: Option<Instant>,
+    /// Whether to subscribe at all ([`Observer::polled`]).
+    push: bool,
 }
 
 impl Observer {
@@ -468,6 +471,15 @@ impl Observer {
     /// instead of [`DEFAULT_SAFETY_EVERY`]: the longest a lost notice delays a change.
     pub fn safety_every(mut self, every: Duration) -> Self {
         self.safety_every = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Never subscribes: reads every [`every`](Self::every) on any store, as observers did before
+    /// stores pushed changes (a baseline to compare with, or a network that drops the store's
+    /// pushes).
+    pub fn polled(mut self) -> Self {
+        self.push = false;
+        self.changes = None;
         self
     }
 
@@ -514,7 +526,10 @@ impl Observer {
 
     /// Opens the store's notices when there are none and it is time to try.
     async fn subscribe(&mut self) {
-        if self.changes.is_some() || self.subscribe_at.is_some_and(|at| Instant::now() < at) {
+        if !self.push
+            || self.changes.is_some()
+            || self.subscribe_at.is_some_and(|at| Instant::now() < at)
+        {
             return;
         }
         match self.client.changes(&self.name).await {

@@ -27,6 +27,7 @@ mod s2;
 mod s3;
 mod s4;
 mod s6;
+mod s6_observe;
 mod stores;
 mod table;
 
@@ -189,6 +190,8 @@ struct BenchReport {
     stores: Vec<stores::StoreRow>,
     /// One row per store (S6): election hand-over against lease hand-over.
     elections: Vec<s6::S6Row>,
+    /// Two rows per store (S6): 100 observers of one election, pushed and polled.
+    observers: Vec<s6_observe::ObserveRow>,
     /// Scenarios that failed, with the reason.
     failures: BTreeMap<String, String>,
     notes: Vec<String>,
@@ -324,6 +327,7 @@ impl BenchReport {
             s4: None,
             stores: Vec::new(),
             elections: Vec::new(),
+            observers: Vec::new(),
             failures: BTreeMap::new(),
             notes: Vec::new(),
         }
@@ -551,6 +555,23 @@ impl Bench<'_> {
                     report
                         .failures
                         .insert(format!("s6 {}", target.label), format!("{e:#}"));
+                }
+            }
+            let changes = if self.args.quick { 10 } else { 20 };
+            progress(&format!(
+                "S6 {}: {} observers of one election, {changes} changes, pushed and polled",
+                target.label,
+                s6_observe::OBSERVERS
+            ));
+            for pushed in [true, false] {
+                match s6_observe::run(target, changes, pushed).await {
+                    Ok(row) => report.observers.push(row),
+                    Err(e) => {
+                        report.failures.insert(
+                            format!("s6 observers {} pushed={pushed}", target.label),
+                            format!("{e:#}"),
+                        );
+                    }
                 }
             }
         }

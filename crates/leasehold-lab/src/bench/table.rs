@@ -22,6 +22,7 @@ pub(super) fn print_table(r: &BenchReport) {
     notes(r);
     s5(r);
     s6(r);
+    s6_observers(r);
 }
 
 /// The machine line.
@@ -262,6 +263,54 @@ fn s5(r: &BenchReport) {
                 row.s3_lost
             );
         }
+    }
+}
+
+/// S6: 100 observers of one election, pushed against polled, every store.
+fn s6_observers(r: &BenchReport) {
+    if r.observers.is_empty() {
+        return;
+    }
+    println!("\nS6 observers: delay from a change (its send) to each observer's report, ms; cost per change per observer; pushed vs polled (the baseline) in the same run");
+    println!(
+        "  {:<9} {:<6} {:>5} {:>5} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9}",
+        "store",
+        "mode",
+        "obs",
+        "subs",
+        "p50",
+        "p99",
+        "max",
+        "missed",
+        "requests",
+        "commands",
+        "p50/poll"
+    );
+    for row in &r.observers {
+        let baseline = r
+            .observers
+            .iter()
+            .find(|b| b.store == row.store && b.mode == "polled")
+            .map_or(0.0, |b| b.delay_p50_ms);
+        println!(
+            "  {:<9} {:<6} {:>5} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>6} {:>9.2} {:>9} {:>9.3}",
+            row.store,
+            row.mode,
+            row.observers,
+            row.subscribed,
+            row.delay_p50_ms,
+            row.delay_p99_ms,
+            row.delay_max_ms,
+            row.missed,
+            row.requests_per_change_per_observer,
+            row.commands_per_change_per_observer
+                .map_or("-".to_owned(), |c| format!("{c:.2}")),
+            if baseline > 0.0 {
+                row.delay_p50_ms / baseline
+            } else {
+                0.0
+            }
+        );
     }
 }
 

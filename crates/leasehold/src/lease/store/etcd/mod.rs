@@ -54,7 +54,9 @@ use self::keys::EtcdKeys;
 use self::members::Members;
 use self::queue::{Asked, Queued};
 use self::retention::RetentionLease;
-use super::{Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
+use super::{
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 

@@ -56,7 +56,9 @@ use self::errors::{redis_error, within};
 use self::keys::LeaseKeys;
 use self::scripts::{AcquireReply, Ask, HandOver, Tuning};
 use self::server_time::ServerTime;
-use super::{Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn};
+use super::{
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+};
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::clock::{ClockRate, ClockWatch};

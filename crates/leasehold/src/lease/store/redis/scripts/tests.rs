@@ -935,6 +935,61 @@ async fn a_note_is_written_only_by_the_holder_run_twice_as_once_and_expires() {
     );
 }
 
+/// note.lua publishes each written note on the name's change channel (run twice: two notices, each
+/// only "read again"); a refused write publishes nothing; a user whose ACL refuses the channel still
+/// has the note written.
+#[tokio::test]
+async fn a_written_note_is_published_on_the_change_channel() {
+    use futures::StreamExt as _;
+    let (srv, mut con, k) = setup().await;
+    let channel = super::super::changes::channel_of(&k.lock);
+    assert_eq!(channel, "{t:queue}:changed");
+    let mut sub = redis::Client::open(srv.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    sub.subscribe(&channel).await.unwrap();
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    assert!(!note(&mut con, &k, "b", b"usurper").await);
+    assert!(note(&mut con, &k, "a", b"leader a").await);
+    assert!(note(&mut con, &k, "a", b"leader a").await);
+    let mut messages = sub.on_message();
+    for _ in 0..2 {
+        let m = tokio::time::timeout(Duration::from_secs(2), messages.next())
+            .await
+            .expect("a notice per written note")
+            .unwrap();
+        assert_eq!(m.get_channel_name(), channel);
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), messages.next())
+            .await
+            .is_err(),
+        "the refused write published nothing"
+    );
+    drop(messages);
+    // A user that may run the scripts but not publish: the note is written all the same.
+    redis::cmd("ACL")
+        .arg(&["SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels"])
+        .exec_async(&mut con)
+        .await
+        .unwrap();
+    let mut limited = redis::Client::open(format!(
+        "redis://nochan:pw@{}",
+        srv.url().trim_start_matches("redis://")
+    ))
+    .unwrap()
+    .get_multiplexed_async_connection()
+    .await
+    .unwrap();
+    assert!(note(&mut limited, &k, "a", b"leader a, quietly").await);
+    assert_eq!(
+        read_note(&mut con, &k).await.as_deref(),
+        Some(&b"leader a, quietly"[..])
+    );
+}
+
 // Semaphores: the same queue and hand-over, N holders.
 
 async fn sem_acquire(

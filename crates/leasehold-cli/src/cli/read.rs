@@ -16,7 +16,9 @@ pub(crate) struct LeaderArgs {
     pub(crate) json: bool,
     /// Keep printing a line per change of leader or value
     ///
-    /// One line (or JSON object) each time, until interrupted.
+    /// One line (or JSON object) each time, until interrupted. Told of each change by the store
+    /// where it pushes them (Redis, PostgreSQL, etcd; read every 2 s besides, in case a notice is
+    /// lost), read every 250 ms on MariaDB/MySQL and Redlock.
     #[arg(long)]
     pub(crate) watch: bool,
     /// Election name.

@@ -971,7 +971,15 @@ async fn a_written_note_is_published_on_the_change_channel() {
     drop(messages);
     // A user that may run the scripts but not publish: the note is written all the same.
     redis::cmd("ACL")
-        .arg(&["SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels"])
+        .arg(&[
+            "SETUSER",
+            "nochan",
+            "on",
+            ">pw",
+            "~*",
+            "+@all",
+            "resetchannels",
+        ])
         .exec_async(&mut con)
         .await
         .unwrap();

@@ -293,6 +293,7 @@ impl Election {
             changes: None,
             subscribe_at: None,
             push: true,
+            next_read: None,
         }
     }
 }
@@ -457,6 +458,9 @@ pub struct Observer {
     subscribe_at: Option<Instant>,
     /// Whether to subscribe at all ([`Observer::polled`]).
     push: bool,
+    /// When the next read is due unless a notice comes first (`None`: at once, as on the first call
+    /// or after a read that was cut off).
+    next_read: Option<Instant>,
 }
 
 impl Observer {
@@ -496,7 +500,8 @@ impl Observer {
 
     /// Completes with the leader when it differs from the last one reported (the first call
     /// reports the current one at once): a new term, a new value, or nobody (`None`). The remaining
-    /// TTL alone is no change. Each call reads the store first.
+    /// TTL alone is no change. After a report, the next call waits for the next read's reason (a
+    /// notice, the lease's end, the interval) before it reads.
     ///
     /// # Errors
     ///
@@ -504,13 +509,30 @@ impl Observer {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a change not yet reported is reported by the next call. Dropping the observer
-    /// ends its subscription.
+    /// Cancel safe: a change not yet reported is reported by the next call (a notice that came
+    /// while no call was waiting is kept; a read cut off is made again). Dropping the observer ends
+    /// its subscription.
     pub async fn changed(&mut self) -> Result<Option<Leader>> {
         loop {
+            if let Some(next) = self.next_read {
+                self.wait(next).await;
+                self.next_read = None;
+            }
             // Subscribed before the read, so that no change after the read goes unnoticed.
             self.subscribe().await;
             let now = leader_of(&self.client, &self.name).await?;
+            let read_at = Instant::now();
+            let interval = if self.changes.is_some() {
+                self.safety_every
+            } else {
+                self.every
+            };
+            // The lease's known end: a lapse is a change nobody announces.
+            let end = now
+                .as_ref()
+                .and_then(|l| l.ttl_ms)
+                .map(|ms| Duration::from_millis(ms) + AFTER_END);
+            self.next_read = Some(read_at + end.map_or(interval, |e| e.min(interval)));
             let same = |a: &Option<Leader>, b: &Option<Leader>| match (a, b) {
                 (None, None) => true,
                 (Some(a), Some(b)) => a.term == b.term && a.value == b.value,
@@ -520,7 +542,6 @@ impl Observer {
                 self.last = Some(now.clone());
                 return Ok(now);
             }
-            self.wait(now.as_ref().and_then(|l| l.ttl_ms)).await;
         }
     }
 
@@ -543,20 +564,10 @@ impl Observer {
         }
     }
 
-    /// Waits for the next read: a notice, the lease's known end (`ttl_ms` left as last read), or
-    /// the interval.
-    async fn wait(&mut self, ttl_ms: Option<u64>) {
-        let interval = if self.changes.is_some() {
-            self.safety_every
-        } else {
-            self.every
-        };
-        let pause = match ttl_ms {
-            Some(ms) => interval.min(Duration::from_millis(ms) + AFTER_END),
-            None => interval,
-        };
+    /// Waits for the next read: a notice, or `next` (the lease's known end or the interval).
+    async fn wait(&mut self, next: Instant) {
         let Some(changes) = self.changes.as_mut() else {
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep_until(next).await;
             return;
         };
         tokio::select! {
@@ -567,7 +578,7 @@ impl Observer {
                     self.subscribe_at = Some(Instant::now() + self.safety_every);
                 }
             }
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep_until(next) => {}
         }
     }
 }

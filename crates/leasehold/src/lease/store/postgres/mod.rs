@@ -6,7 +6,8 @@
 //! client's; the fence comes from one sequence, drawn under the name's advisory lock, so it is larger
 //! than every fence issued for the name before, also after a restart or crash of PostgreSQL (the
 //! sequence skips ahead, never back) and after the name's row was deleted. A release notifies
-//! (`NOTIFY`) when someone waits, and waiters `LISTEN` on a session of their own instead of polling.
+//! (`NOTIFY`) when someone waits, and waiters `LISTEN` on a session of their own instead of polling;
+//! observers of an election hear its changes on another channel of the same session.
 //! Idle rows (released or expired) are deleted after the idle retention.
 //! Limit: what PostgreSQL has committed is what it promises: a restore from a backup or a failover
 //! to an asynchronous standby that missed the last commits can hand out a fence again (or lose a

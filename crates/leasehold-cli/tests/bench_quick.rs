@@ -164,6 +164,25 @@ fn quick_json_has_every_figure_and_no_overlapping_holds() {
         "{s6}"
     );
 
+    // S6 observers: 100 observers of one election on Redis, pushed and polled; every change seen,
+    // every pushed observer subscribed, Redis commands counted.
+    let rows = r["observers"].as_array().expect("observer rows");
+    assert_eq!(rows.len(), 2, "pushed and polled: {r}");
+    for row in rows {
+        assert_eq!(row["store"], "redis", "{row}");
+        assert_eq!(number(row, "missed"), 0.0, "{row}");
+        assert!(number(row, "delay_p50_ms") > 0.0, "{row}");
+        assert!(
+            number(row, "commands_per_change_per_observer") > 0.0,
+            "{row}"
+        );
+        let subscribed = number(row, "subscribed");
+        match row["mode"].as_str() {
+            Some("pushed") => assert_eq!(subscribed, 100.0, "{row}"),
+            _ => assert_eq!(subscribed, 0.0, "{row}"),
+        }
+    }
+
     // S4: SQLite always; PostgreSQL unless unreachable, and then with a note saying so.
     assert!(number(&r, "s4.sqlite_ratio") > 0.0, "{}", r["s4"]);
     match r["s4"]["postgres_ratio"].as_f64() {

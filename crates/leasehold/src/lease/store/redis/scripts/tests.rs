@@ -581,6 +581,42 @@ async fn nobody_jumps_a_non_empty_queue() {
     assert_eq!(queue(&mut con, &k).await, ["d"]);
 }
 
+/// A waiting acquire's first step is a try (block 0) and, when busy, a queue step with the same
+/// token. The try, run twice, neither queues nor leaves a grant, and never jumps a queue, also when the
+/// lock is free meanwhile; the queue step after it joins the tail.
+#[tokio::test]
+async fn a_waits_first_try_run_twice_neither_queues_nor_jumps_the_queue() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    assert!(is_busy(acquire(&mut con, &k, "w", SEC).await));
+    for _ in 0..2 {
+        assert!(is_busy(acquire(&mut con, &k, "c", Duration::ZERO).await));
+    }
+    assert_eq!(queue(&mut con, &k).await, ["w"]);
+    for key in [k.wake("c"), k.alive("c")] {
+        assert!(!exists(&mut con, &key).await, "{key} left by a try");
+    }
+    assert!(is_busy(acquire(&mut con, &k, "c", SEC).await));
+    assert_eq!(queue(&mut con, &k).await, ["w", "c"]);
+    // The lock vanishes without a release: the try of a new waiter, twice, hands it to the head once.
+    redis::cmd("DEL")
+        .arg(&k.lock)
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert!(is_busy(acquire(&mut con, &k, "d", Duration::ZERO).await));
+    }
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("w"));
+    assert!(popped_grant(&mut con, &k, "w").await.is_some());
+    assert!(
+        popped_grant(&mut con, &k, "w").await.is_none(),
+        "handed twice"
+    );
+    assert_eq!(queue(&mut con, &k).await, ["c"]);
+    assert!(!exists(&mut con, &k.wake("d")).await);
+}
+
 #[tokio::test]
 async fn a_waiter_whose_deadline_passed_is_skipped() {
     let (_srv, mut con, k) = setup().await;

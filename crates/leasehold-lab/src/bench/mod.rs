@@ -7,7 +7,7 @@
 //!
 //! | scenario | what | against |
 //! |---|---|---|
-//! | S1 | one client, acquire + release of one free name | the minimal correct lock (`SET NX PX` + compare-and-delete script) |
+//! | S1 | one client, acquire + release of one free name, as a try and as a waiting acquire | the minimal correct lock (`SET NX PX` + compare-and-delete script; its wait: `SET NX PX` retried every 1 ms) |
 //! | S2 | 16 and 128 contenders on one name, 1 ms holds, as tasks and as processes: throughput, hand-over gaps, round trips, each contender's share, the longest wait | the floor of the mechanism (a bare FIFO hand-off between `BLPOP` waiters, run the same way), and the ideal 1 / (hold + one round trip) |
 //! | S3 | one process holding 10,000 leases with renewal on | 1 KiB per lease |
 //! | S4 | a fenced SQL transaction on PostgreSQL and SQLite | the same transaction unfenced |

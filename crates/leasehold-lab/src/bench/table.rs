@@ -62,9 +62,39 @@ fn s1(r: &BenchReport) {
             s1.baseline_client_cpu_us_per_cycle
         );
         println!(
-            "  ratio {:.3} (target >= 0.95: {})",
+            "  ratio {:.3} (target >= 0.95: {}); redis CPU {:.2}x, client CPU {:.2}x per cycle",
             s1.ratio,
-            yes_no(s1.target_0_95_met)
+            yes_no(s1.target_0_95_met),
+            s1.redis_cpu_ratio,
+            s1.client_cpu_ratio
+        );
+        let w = &s1.wait;
+        println!("  waiting acquire (leasehold acquire with a wait; the baseline's SET NX PX retried every 1 ms):");
+        for (who, side) in [("leasehold", &w.leasehold), ("baseline ", &w.baseline)] {
+            println!(
+                "  {who}  {:>9.0} cycles/s  p50 {:>7.1} us  p99 {:>7.1} us  {:.2} round trips, {:.1} commands, redis CPU {:.1} us, client CPU {:.1} us per cycle",
+                side.cycles_per_s,
+                side.p50_us,
+                side.p99_us,
+                side.round_trips_per_cycle,
+                side.commands_per_cycle,
+                side.redis_cpu_us_per_cycle,
+                side.client_cpu_us_per_cycle
+            );
+        }
+        let t = &s1.targets_met;
+        println!(
+            "  wait ratio {:.3}, redis CPU {:.2}x, client CPU {:.2}x per cycle",
+            w.ratio, w.redis_cpu_ratio, w.client_cpu_ratio
+        );
+        println!(
+            "  targets_met: {} (wait >= 1.0x: {}; redis CPU <= 1.3x try/wait: {}/{}; client CPU <= 1.15x try/wait: {}/{})",
+            yes_no(t.all),
+            yes_no(t.wait_ratio_at_least_1_0),
+            yes_no(t.try_redis_cpu_at_most_1_3),
+            yes_no(t.wait_redis_cpu_at_most_1_3),
+            yes_no(t.try_client_cpu_at_most_1_15),
+            yes_no(t.wait_client_cpu_at_most_1_15)
         );
     }
 }

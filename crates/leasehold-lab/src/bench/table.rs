@@ -22,6 +22,60 @@ pub(super) fn print_table(r: &BenchReport) {
     notes(r);
     s5(r);
     s6(r);
+    s7(r);
+}
+
+/// S7: many leases on one Redis and on a cluster, and the cluster's scaling.
+fn s7(r: &BenchReport) {
+    let Some(s7) = &r.s7 else { return };
+    println!(
+        "\nS7 ten times the names: one process holding N leases, TTL {} ms",
+        s7.ttl_ms
+    );
+    println!(
+        "  {:<14} {:>7} {:>8} {:>5} {:>8} {:>10} {:>9} {:>9} {:>8} {:>7} {:>7}",
+        "topology",
+        "leases",
+        "held s",
+        "lost",
+        "B/lease",
+        "renewals/s",
+        "cmd/renew",
+        "evalsha/r",
+        "cmds/s",
+        "cli CPU",
+        "srv CPU"
+    );
+    for row in &s7.rows {
+        println!(
+            "  {:<14} {:>7} {:>8.1} {:>5} {:>8.0} {:>10.0} {:>9.3} {:>9.3} {:>8.0} {:>7.3} {:>7.3}",
+            row.topology,
+            row.leases,
+            row.held_s,
+            row.lost,
+            row.bytes_per_lease,
+            row.renewals_per_s,
+            row.commands_per_renewal,
+            row.scripts_per_renewal,
+            row.renewal_commands_per_s,
+            row.client_cpu_share,
+            row.redis_cpu_share
+        );
+    }
+    if let Some(sc) = &s7.cluster_scaling {
+        println!(
+            "  cluster, {} processes x {} names, uncontended try+release: one master {:.0} cycles/s, three masters {:.0} cycles/s, ratio {:.3}",
+            sc.processes,
+            sc.names_per_process,
+            sc.one_master_cycles_per_s,
+            sc.three_masters_cycles_per_s,
+            sc.ratio
+        );
+    }
+    println!(
+        "  target (0 lost, <= 1 KiB per lease): {}",
+        yes_no(s7.target_met)
+    );
 }
 
 /// The machine line.

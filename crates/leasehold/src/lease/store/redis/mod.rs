@@ -19,7 +19,7 @@
 //! lock before a waiter whose refresh has not come yet.
 //!
 //! Layout: `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, a shared prelude,
-//! each behind one function that prepares its call), `conn` (the shared connection, dedicated
+//! each behind one function that prepares its call), `renewal` (many leases renewed in batches), `conn` (the shared connection, dedicated
 //! connections for blocking commands on the key's node, round-trip counting), `topology` (the URL
 //! forms), `standalone` (one server), `sentinel` (the primary, followed across failovers), `cluster`
 //! (slot routing, redirects, pipelines split per master), `node` (reaching one node; what the
@@ -34,6 +34,7 @@ pub(crate) mod health;
 mod inspect;
 pub mod keys;
 pub(super) mod node;
+mod renewal;
 mod scripts;
 mod sentinel;
 mod server_time;
@@ -780,19 +781,14 @@ impl Store for RedisStore {
         Ok(())
     }
 
-    /// renew.lua (sem_renew.lua for a permit) for each lease, pipelined; the server's time in each
-    /// reply teaches the store's clock rate (one server only).
+    /// One lease: renew.lua (sem_renew.lua for a permit). Many: renew_many.lua in batches
+    /// ([`renewal`]), pipelined. The server's time in the replies teaches the store's clock rate (one
+    /// server only).
     async fn renew(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
-        self.flags(Phase::Renew, held, |i, h| {
-            scripts::renew(
-                &self.lock_key(h.name),
-                h.token,
-                h.opts.ttl,
-                h.opts.permits,
-                i == 0,
-            )
-        })
-        .await
+        if held.len() < 2 {
+            return self.renew_each(held).await;
+        }
+        self.renew_batched(held).await
     }
 
     fn clock_rate(&self) -> Option<ClockRate> {

@@ -813,6 +813,68 @@ async fn renewed_twice_renews_once(con: &mut Con, k: &LeaseKeys) {
     );
 }
 
+/// renew_many.lua renews the locks of a batch that hold their tokens (bare or marked `:q`), leaves
+/// the others, flags a key of another type for a renewal alone, reads the clock when asked; run twice,
+/// the same effect as once.
+#[tokio::test]
+async fn renew_many_renews_only_its_own_locks_and_run_twice_as_once() {
+    let (_srv, mut con, _) = setup().await;
+    let k: Vec<LeaseKeys> = (0..4)
+        .map(|i| LeaseKeys::new("t", &format!("many-{i}")).unwrap())
+        .collect();
+    for (key, value) in [
+        (&k[0].lock, "a"),
+        (&k[1].lock, "b:q"),
+        (&k[2].lock, "other"),
+    ] {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(1_000)
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+    }
+    redis::cmd("RPUSH")
+        .arg(&k[3].lock)
+        .arg("not a lock")
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    let batch = [
+        (k[0].lock.as_str(), "a", 30 * SEC),
+        (k[1].lock.as_str(), "b", 20 * SEC),
+        (k[2].lock.as_str(), "c", 30 * SEC),
+        (k[3].lock.as_str(), "d", 30 * SEC),
+    ];
+    let before = server_us(&mut con).await;
+    for clock in [true, true, false] {
+        let reply = invoke_value(&mut con, &super::renew_many(&batch, clock)).await;
+        let (flags, at) = renewed_many(Ok(reply), batch.len()).unwrap();
+        assert_eq!(flags, [Some(true), Some(true), Some(false), None]);
+        assert_eq!(at.is_some(), clock);
+        if let Some(at) = at {
+            assert!(at >= before, "{at} < {before}");
+        }
+        let ttls = [
+            pttl(&mut con, &k[0].lock).await,
+            pttl(&mut con, &k[1].lock).await,
+            pttl(&mut con, &k[2].lock).await,
+        ];
+        assert!(
+            ttls[0] > 29_000 && ttls[1] > 19_000 && ttls[1] <= 20_000,
+            "{ttls:?}"
+        );
+        assert!(ttls[2] <= 1_000, "someone else's lock renewed: {ttls:?}");
+        assert_eq!(get(&mut con, &k[1].lock).await.as_deref(), Some("b:q"));
+    }
+}
+
+async fn invoke_value(con: &mut Con, call: &Call) -> redis::Value {
+    invoke(con, call).await.unwrap()
+}
+
 #[tokio::test]
 async fn every_script_run_twice_has_the_effect_of_running_once() {
     // A client that retries after a reconnect sends the same call again; the first one may have

@@ -227,7 +227,7 @@ pub(crate) async fn run(
         for k in 0..SIDES {
             let which = (i + k) % SIDES;
             let trips = |which: usize| {
-                if which % 2 == 0 {
+                if which.is_multiple_of(2) {
                     client.round_trips()
                 } else {
                     baseline.round_trips()

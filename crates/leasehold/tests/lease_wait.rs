@@ -313,3 +313,45 @@ async fn a_waiting_acquire_that_finds_the_name_busy_joins_behind_the_queue() {
     l1.release().await.unwrap();
     drop(a);
 }
+
+/// A client that found a name busy joins its queue at once on its next wait (no try first: one
+/// round trip fewer); once a step takes the name free, the wait after it tries first again.
+#[tokio::test]
+async fn a_name_found_busy_is_joined_at_once_and_tried_first_again_once_free() {
+    let srv = server();
+    let holder = client(&srv).await;
+    let c = client(&srv).await;
+    let a = holder.try_acquire("hint", &opts(10_000)).await.unwrap();
+    let mut trips = Vec::new();
+    for _ in 0..2 {
+        let before = c.round_trips();
+        let r = c.acquire("hint", &opts(10_000), ms(300)).await;
+        assert!(matches!(r, Err(Error::WaitTimeout { .. })), "{r:?}");
+        trips.push(c.round_trips() - before);
+    }
+    // The first: a try, a new dedicated connection and its script load, a step, the abandon; the
+    // second: the step and the abandon.
+    assert_eq!(trips[1], 2, "{trips:?}");
+    assert!(trips[0] > trips[1], "{trips:?}");
+    a.release().await.unwrap();
+    // A name handed over to this client after it found it busy, then free.
+    let a = holder.try_acquire("hint2", &opts(10_000)).await.unwrap();
+    let waiting = {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire("hint2", &opts(10_000), ms(5_000)).await })
+    };
+    tokio::time::sleep(ms(200)).await;
+    a.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    let mut cmds = Vec::new();
+    for _ in 0..3 {
+        let before = commands(&srv);
+        let l = c.acquire("hint2", &opts(10_000), ms(1_000)).await.unwrap();
+        l.release().await.unwrap();
+        cmds.push(commands(&srv) - before);
+    }
+    // The queue step that takes it free (and leaves a grant for its BLPOP), then the try's cycle.
+    assert!(cmds[0] > cmds[1], "{cmds:?}");
+    assert_eq!(cmds[1], cmds[2], "{cmds:?}");
+    assert!(cmds[1] <= 6, "{cmds:?}");
+}

@@ -71,6 +71,7 @@ impl RedisStore {
             watch: Arc::default(),
             clock: one_clock.then(Arc::default),
             server_time: Arc::default(),
+            contended: Arc::default(),
         };
         // Every data node is asked, before anything is run, whether the user may run every command
         // leasehold sends, so that a missing one refuses now rather than at the release.

@@ -29,6 +29,7 @@ pub mod acl;
 mod cluster;
 pub(super) mod conn;
 mod connect;
+mod contended;
 pub(crate) mod errors;
 pub(crate) mod health;
 mod inspect;
@@ -96,6 +97,8 @@ pub(crate) struct RedisStore {
     /// The server's clock as last read, so that an acquire or a release need not read it (`TIME`)
     /// for the fence's floor and a hand-over's time.
     server_time: Arc<ServerTime>,
+    /// Names this client last found busy: a waiting acquire on one joins the queue at once.
+    contended: Arc<contended::Contended>,
 }
 
 /// How often the renewal task looks at the data nodes' role and memory policy.
@@ -603,6 +606,10 @@ impl RedisStore {
             .unwrap_or(Ok(redis::Value::Nil))
             .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
             .map_err(redis_error(Phase::Wait))?;
+        if let AcquireReply::Taken { .. } = reply {
+            // Taken free by the script, not handed over: the next wait on this name tries first.
+            self.contended.mark(req.name, false);
+        }
         if let (AcquireReply::Taken { .. }, Some(at)) = (reply, reply.server_us()) {
             // Taken: the BLPOP after it returned at once, so the round trip is a fair sample.
             self.learn_time(sent, received, at);
@@ -744,15 +751,18 @@ impl Store for RedisStore {
     /// connection, the try's commands): a free name costs a waiting acquire what it costs a try, and
     /// the try never jumps a non-empty queue (acquire.lua hands a free lock to the queue's head
     /// first). Busy, it joins the queue with [`RedisStore::queue_step`], one round trip more; every
-    /// later step goes there at once. With a replica wait the first step joins at once (the try's
-    /// `WAIT` would block the shared connection's turn for nothing when the name is busy).
+    /// later step goes there at once. A name this client found busy last time (contended: its
+    /// waiters are handed the lease) joins at once, until a step takes it free. With a replica wait
+    /// the first step joins at once (the try's `WAIT` would block the shared connection's turn for
+    /// nothing when the name is busy).
     async fn acquire_or_wait(&self, req: &Request<'_>, block: Duration) -> Result<Attempt> {
-        if req.step == 0 && req.opts.replicas.is_none() {
+        if req.step == 0 && req.opts.replicas.is_none() && !self.contended.is(req.name) {
             if let taken @ Attempt::Taken(_) = self.acquire(req).await? {
                 return Ok(taken);
             }
             // Busy: the try left nothing for this token (it neither queued nor was handed a grant),
             // so the queue step below is still the first that may find one.
+            self.contended.mark(req.name, true);
         }
         self.queue_step(req, block).await
     }

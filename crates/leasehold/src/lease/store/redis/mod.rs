@@ -7,7 +7,8 @@
 //! `max(stored + 1, server time in µs)`, so it keeps increasing even when the server lost the keys
 //! (restart without persistence, failover to a replica that missed the write, the fence key's
 //! retention passed) as long as the server's clock has not stepped back by more than that took.
-//! Waiters queue in Redis in arrival order: a waiting acquire joins the queue and blocks on a wake
+//! Waiters queue in Redis in arrival order: a waiting acquire tries first (a free name costs what a
+//! try costs), and when the name is busy joins the queue and blocks on a wake
 //! list of its own (`BLPOP`, on a dedicated connection, never the shared one) in one round trip; the
 //! release sets the lock to the first live waiter's token and pushes its fence to that list, so the
 //! waiter holds the lease when its `BLPOP` returns. Nobody jumps a non-empty queue. A waiter refreshes

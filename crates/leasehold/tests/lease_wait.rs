@@ -206,3 +206,152 @@ async fn the_wait_bound_is_kept_and_waiting_does_not_poll() {
         Err(Error::Busy { .. })
     ));
 }
+
+/// Redis command calls so far on `srv` (INFO commandstats, script internals included), minus the
+/// INFO calls themselves.
+fn commands(srv: &leasehold_testkit::RedisServer) -> u64 {
+    let mut con = srv.connection().unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .filter_map(|l| {
+            l.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Round trips and Redis commands per acquire + release cycle on a free name, `wait` zero (a try) or
+/// not (a waiting acquire).
+async fn free_name_cycle(
+    srv: &leasehold_testkit::RedisServer,
+    c: &LeaseClient,
+    wait: u64,
+) -> (f64, f64) {
+    const CYCLES: u64 = 50;
+    let o = LeaseOptions::builder()
+        .ttl(ms(5_000))
+        .no_renewal()
+        .build()
+        .unwrap();
+    let (trips, cmds) = (c.round_trips(), commands(srv));
+    for _ in 0..CYCLES {
+        let l = c.acquire("free", &o, ms(wait)).await.unwrap();
+        l.release().await.unwrap();
+    }
+    (
+        (c.round_trips() - trips) as f64 / CYCLES as f64,
+        (commands(srv) - cmds) as f64 / CYCLES as f64,
+    )
+}
+
+#[tokio::test]
+async fn a_waiting_acquire_on_a_free_name_costs_what_a_try_costs() {
+    let srv = server();
+    let c = client(&srv).await;
+    // Warm: scripts loaded.
+    free_name_cycle(&srv, &c, 0).await;
+    free_name_cycle(&srv, &c, 5_000).await;
+    let (try_trips, try_cmds) = free_name_cycle(&srv, &c, 0).await;
+    let (wait_trips, wait_cmds) = free_name_cycle(&srv, &c, 5_000).await;
+    println!("per cycle: try {try_trips} round trips, {try_cmds} commands; wait {wait_trips}, {wait_cmds}");
+    assert_eq!(try_trips, 2.0, "one to acquire, one to release");
+    assert_eq!(
+        wait_trips, try_trips,
+        "a waiting acquire on a free name is one round trip"
+    );
+    assert_eq!(wait_cmds, try_cmds, "and the same commands");
+    assert!(wait_cmds <= 6.0, "{wait_cmds} commands per cycle");
+}
+
+/// A waiter that finds the name busy pays one round trip more to join the queue, and still comes
+/// after those who queued before it (its try does not jump them when the lock is free meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_that_finds_the_name_busy_joins_behind_the_queue() {
+    let srv = server();
+    let holder = client(&srv).await;
+    let first = client(&srv).await;
+    let late = client(&srv).await;
+    let a = holder.try_acquire("line", &opts(10_000)).await.unwrap();
+    let w1 = tokio::spawn(async move { first.acquire("line", &opts(10_000), ms(8_000)).await });
+    let key = leasehold::lease::LeaseKeys::new("leasehold", "line").unwrap();
+    let queued = |n: usize| {
+        let key = key.queue.clone();
+        let srv = &srv;
+        async move {
+            eventually(ms(3_000), async || {
+                let mut con = srv.connection().unwrap();
+                let len: usize = redis::cmd("ZCARD").arg(&key).query(&mut con).unwrap();
+                len == n
+            })
+            .await
+        }
+    };
+    assert!(queued(1).await, "the first waiter queued");
+    // The holder's lock vanishes without a release: free, with a waiter queued.
+    let mut con = srv.connection().unwrap();
+    let _: () = redis::cmd("DEL").arg(lock_key(&a)).query(&mut con).unwrap();
+    let before = late.round_trips();
+    let got_late = late.acquire("line", &opts(10_000), ms(300)).await;
+    assert!(
+        matches!(got_late, Err(Error::WaitTimeout { .. })),
+        "the late waiter jumped the queue: {got_late:?}"
+    );
+    let l1 = w1
+        .await
+        .unwrap()
+        .expect("the first waiter was handed the lease");
+    assert!(l1.fence() > a.fence());
+    assert!(late.round_trips() - before >= 2, "tried, then queued");
+    l1.release().await.unwrap();
+    drop(a);
+}
+
+/// A client that found a name busy joins its queue at once on its next wait (no try first: one
+/// round trip fewer); once a step takes the name free, the wait after it tries first again.
+#[tokio::test]
+async fn a_name_found_busy_is_joined_at_once_and_tried_first_again_once_free() {
+    let srv = server();
+    let holder = client(&srv).await;
+    let c = client(&srv).await;
+    let a = holder.try_acquire("hint", &opts(10_000)).await.unwrap();
+    let mut trips = Vec::new();
+    for _ in 0..2 {
+        let before = c.round_trips();
+        let r = c.acquire("hint", &opts(10_000), ms(300)).await;
+        assert!(matches!(r, Err(Error::WaitTimeout { .. })), "{r:?}");
+        trips.push(c.round_trips() - before);
+    }
+    // The first: a try, a new dedicated connection and its script load, a step, the abandon; the
+    // second: the step and the abandon.
+    assert_eq!(trips[1], 2, "{trips:?}");
+    assert!(trips[0] > trips[1], "{trips:?}");
+    a.release().await.unwrap();
+    // A name handed over to this client after it found it busy, then free.
+    let a = holder.try_acquire("hint2", &opts(10_000)).await.unwrap();
+    let waiting = {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire("hint2", &opts(10_000), ms(5_000)).await })
+    };
+    tokio::time::sleep(ms(200)).await;
+    a.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    let mut cmds = Vec::new();
+    for _ in 0..3 {
+        let before = commands(&srv);
+        let l = c.acquire("hint2", &opts(10_000), ms(1_000)).await.unwrap();
+        l.release().await.unwrap();
+        cmds.push(commands(&srv) - before);
+    }
+    // The queue step that takes it free (and leaves a grant for its BLPOP), then the try's cycle.
+    assert!(cmds[0] > cmds[1], "{cmds:?}");
+    assert_eq!(cmds[1], cmds[2], "{cmds:?}");
+    assert!(cmds[1] <= 6, "{cmds:?}");
+}

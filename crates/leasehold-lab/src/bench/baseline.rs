@@ -101,6 +101,24 @@ impl BaselineLock {
         }
     }
 
+    /// The minimal lock's waiting acquire: `SET NX PX`, retried every 1 ms until it succeeds or
+    /// `deadline` passes. On a free name it is one `SET`, like its try.
+    pub(crate) async fn acquire_retrying(
+        &self,
+        key: &str,
+        deadline: std::time::Instant,
+    ) -> anyhow::Result<Option<BaselineHeld>> {
+        loop {
+            if let Some(held) = self.try_acquire(key).await? {
+                return Ok(Some(held));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// One EVALSHA of the compare-and-delete script; `false` when the lock was no longer ours.
     pub(crate) async fn release(&self, held: BaselineHeld) -> anyhow::Result<bool> {
         let mut con = self.con.clone();

@@ -7,15 +7,16 @@
 //!
 //! | scenario | what | against |
 //! |---|---|---|
-//! | S1 | one client, acquire + release of one free name | the minimal correct lock (`SET NX PX` + compare-and-delete script) |
+//! | S1 | one client, acquire + release of one free name, as a try and as a waiting acquire | the minimal correct lock (`SET NX PX` + compare-and-delete script; its wait: `SET NX PX` retried every 1 ms) |
 //! | S2 | 16 and 128 contenders on one name, 1 ms holds, as tasks and as processes: throughput, hand-over gaps, round trips, each contender's share, the longest wait | the floor of the mechanism (a bare FIFO hand-off between `BLPOP` waiters, run the same way), and the ideal 1 / (hold + one round trip) |
 //! | S3 | one process holding 10,000 leases with renewal on | 1 KiB per lease |
 //! | S4 | a fenced SQL transaction on PostgreSQL and SQLite | the same transaction unfenced |
 //! | S5 | S1, S2 (16 contenders) and S3 in every store this build can start or reach | the Redis store, in the same run |
 //! | S6 | election hand-over: a leader resigns, the waiting candidate leads, in every store | the same hand-over of a plain lease, alternating |
+//! | S7 | ten times the names: one process holding 10,000, 30,000 and 100,000 leases (TTL 30 s; the largest for 2 minutes) on one Redis and on a three-master cluster on loopback; the cluster's uncontended cycles from 3 processes on one master and on three | 1 KiB per lease, 0 lost; one master (the scaling ratio) |
 //!
 //! Layout: [`measure`](self) (clock, histograms, commandstats, /proc), `baseline` (the reference
-//! lock), `floor` (S2's floor of the mechanism), `contend` (the S2 contender loop and hold analysis), `s1`..`s4` and `s6` (one file per scenario), `stores` (S5).
+//! lock), `floor` (S2's floor of the mechanism), `contend` (the S2 contender loop and hold analysis), `s1`..`s4`, `s6` and `s7` (one file per scenario), `stores` (S5).
 //! Worker processes are this same binary run as `leasehold __bench-worker`.
 
 mod baseline;
@@ -28,6 +29,7 @@ mod s3;
 mod s4;
 mod s6;
 mod s6_observe;
+mod s7;
 mod stores;
 mod table;
 
@@ -59,6 +61,8 @@ pub enum Scenario {
     S5,
     /// Election hand-over in every store, against a plain lease's hand-over.
     S6,
+    /// 10,000 to 100,000 leases on one Redis and on a cluster (about 7 minutes: run only when named).
+    S7,
 }
 
 /// Command-line arguments of `leasehold bench`.
@@ -90,7 +94,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        value_name = "S1,S2,S3,S4,S5,S6"
+        value_name = "S1,S2,S3,S4,S5,S6,S7"
     )]
     pub only: Vec<Scenario>,
     /// Seconds each measurement runs (default 5, or 1.5 with --quick).
@@ -118,6 +122,8 @@ pub enum WorkerRole {
     S3,
     /// The S6 leader killed (SIGKILL) while a standby campaigns.
     S6Leader,
+    /// One S7 process cycling on names of its own (`--name a,b,c`) on a cluster.
+    S7Cycle,
 }
 
 /// Arguments of the hidden worker process that the benchmarks spawns (`leasehold __bench-worker`).
@@ -134,7 +140,7 @@ pub struct WorkerArgs {
     /// Key prefix of the leases (S3), so that runs against a shared store do not meet.
     #[arg(long, default_value = "leasehold")]
     pub prefix: String,
-    /// Lease name contended for (S2).
+    /// Lease name contended for (S2); the names cycled on, comma-separated (S7).
     #[arg(long, default_value = "s2")]
     pub name: String,
     /// This contender's number (S2).
@@ -192,6 +198,8 @@ struct BenchReport {
     elections: Vec<s6::S6Row>,
     /// Two rows per store (S6): 100 observers of one election, pushed and polled.
     observers: Vec<s6_observe::ObserveRow>,
+    /// Ten times the names (S7), when named with `--only`.
+    s7: Option<s7::S7Report>,
     /// Scenarios that failed, with the reason.
     failures: BTreeMap<String, String>,
     notes: Vec<String>,
@@ -242,7 +250,8 @@ impl BenchArgs {
     }
 
     fn runs(&self, s: Scenario) -> bool {
-        self.only.is_empty() || self.only.contains(&s)
+        // S7 takes minutes: only when named.
+        (self.only.is_empty() && s != Scenario::S7) || self.only.contains(&s)
     }
 }
 
@@ -293,6 +302,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if args.runs(Scenario::S4) {
         bench.s4(&mut report).await;
     }
+    if args.runs(Scenario::S7) {
+        bench.s7(&mut report).await;
+    }
     drop(server);
     if args.runs(Scenario::S5) {
         bench.s5(&mut report).await;
@@ -328,6 +340,7 @@ impl BenchReport {
             stores: Vec::new(),
             elections: Vec::new(),
             observers: Vec::new(),
+            s7: None,
             failures: BTreeMap::new(),
             notes: Vec::new(),
         }
@@ -458,6 +471,38 @@ impl Bench<'_> {
             }
         }
         Ok(())
+    }
+
+    async fn s7(&self, report: &mut BenchReport) {
+        progress("S7 ten times the names: one Redis and a three-master cluster");
+        let plan = s7::Plan {
+            sizes: s7::SIZES.to_vec(),
+            hold: if self.args.quick {
+                Duration::from_secs(11)
+            } else {
+                Duration::from_secs(30)
+            },
+            hold_largest: if self.args.quick {
+                Duration::from_secs(11)
+            } else {
+                Duration::from_secs(120)
+            },
+            scaling_each: self.plan.measure * 2,
+        };
+        let (url, exe, pid) = (self.url.clone(), self.worker_exe.clone(), self.redis_pid);
+        match guarded(async move { s7::run(&url, pid, &exe, &plan).await }).await {
+            Ok(r) => {
+                if let Some(note) = &r.cluster_skipped {
+                    report
+                        .notes
+                        .push(format!("S7 on a cluster skipped: {note}"));
+                }
+                report.s7 = Some(r);
+            }
+            Err(e) => {
+                report.failures.insert("s7".into(), e);
+            }
+        }
     }
 
     async fn s4(&self, report: &mut BenchReport) {
@@ -628,6 +673,9 @@ pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<i32> {
         }
         WorkerRole::S3 => s3::worker(&args.redis_url, &args.prefix, args.leases, opts).await?,
         WorkerRole::S6Leader => s6::leader(&args.redis_url, &args.prefix, &args.name, opts).await?,
+        WorkerRole::S7Cycle => {
+            s7::cycle_worker(&args.redis_url, &args.prefix, &args.name, opts).await?
+        }
     }
     Ok(0)
 }

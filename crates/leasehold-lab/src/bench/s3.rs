@@ -73,12 +73,77 @@ pub(crate) async fn run(
     lease_opts: &leasehold::LeaseOptions,
     hold_for: Duration,
 ) -> anyhow::Result<S3Report> {
-    let client = redis::Client::open(url)?;
-    let mut probe = client.get_multiplexed_async_connection().await?;
+    let nodes = [Node {
+        url: url.to_owned(),
+        pid: redis_pid,
+    }];
+    run_on(
+        url,
+        "leasehold",
+        &nodes,
+        worker_exe,
+        leases,
+        lease_opts,
+        hold_for,
+    )
+    .await
+}
+
+/// One data node of the store the leases live in: where its commands are counted and its CPU read.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    /// A plain `redis://` URL to this node alone.
+    pub(crate) url: String,
+    pub(crate) pid: Option<u32>,
+}
+
+/// Command counts summed over `probes` (one connection per data node).
+async fn stats_of(
+    probes: &mut [redis::aio::MultiplexedConnection],
+) -> anyhow::Result<Vec<CommandStats>> {
+    let mut all = Vec::with_capacity(probes.len());
+    for p in probes.iter_mut() {
+        all.push(CommandStats::read(p).await?);
+    }
+    Ok(all)
+}
+
+/// CPU seconds of every node's process so far (`None`: a pid is not known).
+fn cpu_of(nodes: &[Node]) -> anyhow::Result<Option<f64>> {
+    let mut sum = 0.0;
+    for n in nodes {
+        let Some(pid) = n.pid else { return Ok(None) };
+        sum += process_cpu_seconds(pid)?;
+    }
+    Ok(Some(sum))
+}
+
+/// S3 against a store whose data nodes are `nodes` (one server, or a cluster's masters): `url` is
+/// what the worker connects to, `prefix` its key prefix (a run of its own when leases of an earlier
+/// run may still be held there).
+pub(crate) async fn run_on(
+    url: &str,
+    prefix: &str,
+    nodes: &[Node],
+    worker_exe: &Path,
+    leases: u64,
+    lease_opts: &leasehold::LeaseOptions,
+    hold_for: Duration,
+) -> anyhow::Result<S3Report> {
+    let mut probes = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        probes.push(
+            redis::Client::open(n.url.as_str())?
+                .get_multiplexed_async_connection()
+                .await
+                .with_context(|| format!("connecting to {}", n.url))?,
+        );
+    }
     let mut child = tokio::process::Command::new(worker_exe)
         .arg("__bench-worker")
         .arg("s3")
         .args(["--redis-url", url])
+        .args(["--prefix", prefix])
         .args(["--leases", &leases.to_string()])
         .args(["--ttl-ms", &lease_opts.ttl().as_millis().to_string()])
         .stdin(Stdio::piped())
@@ -101,8 +166,8 @@ pub(crate) async fn run(
         held.held
     );
 
-    let stats0 = CommandStats::read(&mut probe).await?;
-    let cpu0 = redis_pid.map(process_cpu_seconds).transpose()?;
+    let stats0 = stats_of(&mut probes).await?;
+    let cpu0 = cpu_of(nodes)?;
     let t0 = Instant::now();
     stdin.write_all(b"go\n").await?;
     stdin.flush().await?;
@@ -114,14 +179,19 @@ pub(crate) async fn run(
         .context("the S3 worker did not report")??
         .context("the S3 worker exited without a report")?;
     let wall = t0.elapsed().as_secs_f64();
-    let stats1 = CommandStats::read(&mut probe).await?;
-    let cpu1 = redis_pid.map(process_cpu_seconds).transpose()?;
+    let stats1 = stats_of(&mut probes).await?;
+    let cpu1 = cpu_of(nodes)?;
     let stop: StopLine = serde_json::from_str(&line)
         .with_context(|| format!("unreadable S3 worker report: {line}"))?;
     drop(stdin);
     let _ = child.wait().await;
 
-    let commands = stats1.since(&stats0);
+    let mut commands = BTreeMap::<String, u64>::new();
+    for (now, then) in stats1.iter().zip(&stats0) {
+        for (name, calls) in now.since(then) {
+            *commands.entry(name).or_default() += calls;
+        }
+    }
     let total: u64 = commands.values().sum();
     let per_lease = |rss: u64| rss.saturating_sub(held.rss_before_bytes) as f64 / leases as f64;
     let bytes_per_lease = per_lease(stop.rss_end_bytes);

@@ -23,6 +23,60 @@ pub(super) fn print_table(r: &BenchReport) {
     s5(r);
     s6(r);
     s6_observers(r);
+    s7(r);
+}
+
+/// S7: many leases on one Redis and on a cluster, and the cluster's scaling.
+fn s7(r: &BenchReport) {
+    let Some(s7) = &r.s7 else { return };
+    println!(
+        "\nS7 ten times the names: one process holding N leases, TTL {} ms",
+        s7.ttl_ms
+    );
+    println!(
+        "  {:<14} {:>7} {:>8} {:>5} {:>8} {:>10} {:>9} {:>9} {:>8} {:>7} {:>7}",
+        "topology",
+        "leases",
+        "held s",
+        "lost",
+        "B/lease",
+        "renewals/s",
+        "cmd/renew",
+        "evalsha/r",
+        "cmds/s",
+        "cli CPU",
+        "srv CPU"
+    );
+    for row in &s7.rows {
+        println!(
+            "  {:<14} {:>7} {:>8.1} {:>5} {:>8.0} {:>10.0} {:>9.3} {:>9.3} {:>8.0} {:>7.3} {:>7.3}",
+            row.topology,
+            row.leases,
+            row.held_s,
+            row.lost,
+            row.bytes_per_lease,
+            row.renewals_per_s,
+            row.commands_per_renewal,
+            row.scripts_per_renewal,
+            row.renewal_commands_per_s,
+            row.client_cpu_share,
+            row.redis_cpu_share
+        );
+    }
+    if let Some(sc) = &s7.cluster_scaling {
+        println!(
+            "  cluster, {} processes x {} names, uncontended try+release: one master {:.0} cycles/s, three masters {:.0} cycles/s, ratio {:.3}",
+            sc.processes,
+            sc.names_per_process,
+            sc.one_master_cycles_per_s,
+            sc.three_masters_cycles_per_s,
+            sc.ratio
+        );
+    }
+    println!(
+        "  target (0 lost, <= 1 KiB per lease): {}",
+        yes_no(s7.target_met)
+    );
 }
 
 /// The machine line.
@@ -63,9 +117,39 @@ fn s1(r: &BenchReport) {
             s1.baseline_client_cpu_us_per_cycle
         );
         println!(
-            "  ratio {:.3} (target >= 0.95: {})",
+            "  ratio {:.3} (target >= 0.95: {}); redis CPU {:.2}x, client CPU {:.2}x per cycle",
             s1.ratio,
-            yes_no(s1.target_0_95_met)
+            yes_no(s1.target_0_95_met),
+            s1.redis_cpu_ratio,
+            s1.client_cpu_ratio
+        );
+        let w = &s1.wait;
+        println!("  waiting acquire (leasehold acquire with a wait; the baseline's SET NX PX retried every 1 ms):");
+        for (who, side) in [("leasehold", &w.leasehold), ("baseline ", &w.baseline)] {
+            println!(
+                "  {who}  {:>9.0} cycles/s  p50 {:>7.1} us  p99 {:>7.1} us  {:.2} round trips, {:.1} commands, redis CPU {:.1} us, client CPU {:.1} us per cycle",
+                side.cycles_per_s,
+                side.p50_us,
+                side.p99_us,
+                side.round_trips_per_cycle,
+                side.commands_per_cycle,
+                side.redis_cpu_us_per_cycle,
+                side.client_cpu_us_per_cycle
+            );
+        }
+        let t = &s1.targets_met;
+        println!(
+            "  wait ratio {:.3}, redis CPU {:.2}x, client CPU {:.2}x per cycle",
+            w.ratio, w.redis_cpu_ratio, w.client_cpu_ratio
+        );
+        println!(
+            "  targets_met: {} (wait >= 1.0x: {}; redis CPU <= 1.3x try/wait: {}/{}; client CPU <= 1.15x try/wait: {}/{})",
+            yes_no(t.all),
+            yes_no(t.wait_ratio_at_least_1_0),
+            yes_no(t.try_redis_cpu_at_most_1_3),
+            yes_no(t.wait_redis_cpu_at_most_1_3),
+            yes_no(t.try_client_cpu_at_most_1_15),
+            yes_no(t.wait_client_cpu_at_most_1_15)
         );
     }
 }

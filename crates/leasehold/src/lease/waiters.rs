@@ -1,7 +1,7 @@
 //! Waiting for a busy lease without retry storms: the tasks of one client that wait for the same name
 //! queue behind one FIFO async mutex, so only the head of the queue talks to the store. The head waits
-//! the store's way: on Redis it joins the name's queue in Redis and blocks on its own wake list until a
-//! release hands it the lease; a step blocks no longer than the holder's remaining TTL plus jitter, so
+//! the store's way: on Redis it tries first (unless the name was busy last time), then joins the
+//! name's queue in Redis and blocks on its own wake list until a release hands it the lease; a step blocks no longer than the holder's remaining TTL plus jitter, so
 //! that an expiry (a crashed holder) is noticed too.
 //!
 //! Limit: this queue orders the tasks of one client; across clients the store's queue decides (Redis:

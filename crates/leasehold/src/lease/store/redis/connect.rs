@@ -80,6 +80,7 @@ impl RedisStore {
             clock: one_clock.then(Arc::default),
             server_time: Arc::default(),
             feed,
+            contended: Arc::default(),
         };
         // Every data node is asked, before anything is run, whether the user may run every command
         // leasehold sends, so that a missing one refuses now rather than at the release.

@@ -7,7 +7,8 @@
 //! `max(stored + 1, server time in µs)`, so it keeps increasing even when the server lost the keys
 //! (restart without persistence, failover to a replica that missed the write, the fence key's
 //! retention passed) as long as the server's clock has not stepped back by more than that took.
-//! Waiters queue in Redis in arrival order: a waiting acquire joins the queue and blocks on a wake
+//! Waiters queue in Redis in arrival order: a waiting acquire tries first (a free name costs what a
+//! try costs), and when the name is busy joins the queue and blocks on a wake
 //! list of its own (`BLPOP`, on a dedicated connection, never the shared one) in one round trip; the
 //! release sets the lock to the first live waiter's token and pushes its fence to that list, so the
 //! waiter holds the lease when its `BLPOP` returns. Nobody jumps a non-empty queue. A waiter refreshes
@@ -19,7 +20,7 @@
 //! lock before a waiter whose refresh has not come yet.
 //!
 //! Layout: `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, a shared prelude,
-//! each behind one function that prepares its call), `conn` (the shared connection, dedicated
+//! each behind one function that prepares its call), `renewal` (many leases renewed in batches), `conn` (the shared connection, dedicated
 //! connections for blocking commands on the key's node, round-trip counting), `topology` (the URL
 //! forms), `standalone` (one server), `sentinel` (the primary, followed across failovers), `cluster`
 //! (slot routing, redirects, pipelines split per master), `node` (reaching one node; what the
@@ -30,11 +31,13 @@ mod changes;
 mod cluster;
 pub(super) mod conn;
 mod connect;
+mod contended;
 pub(crate) mod errors;
 pub(crate) mod health;
 mod inspect;
 pub mod keys;
 pub(super) mod node;
+mod renewal;
 mod scripts;
 mod sentinel;
 mod server_time;
@@ -101,6 +104,8 @@ pub(crate) struct RedisStore {
     /// The pub/sub session that pushes changes to observers, and the names whose release is
     /// announced.
     feed: Arc<changes::Feed>,
+    /// Names this client last found busy: a waiting acquire on one joins the queue at once.
+    contended: Arc<contended::Contended>,
 }
 
 /// How often the renewal task looks at the data nodes' role and memory policy.
@@ -555,6 +560,93 @@ fn given_up() -> Error {
     ))
 }
 
+impl RedisStore {
+    /// One round trip on a dedicated connection: acquire.lua (take it, or join the queue / refresh
+    /// our place) and a `BLPOP` of our own wake list for at most `block` (and at most the refresh
+    /// period), pipelined. Taken by the script: the `BLPOP` pops the grant the script left and returns
+    /// at once. Queued: it returns when a release hands us the lock (we hold it; nothing more to send)
+    /// or when the block ends (busy: the next call refreshes our place). With a replica wait, `WAIT`
+    /// follows on the same connection once the lease is ours.
+    async fn queue_step(&self, req: &Request<'_>, block: Duration) -> Result<Attempt> {
+        if let Some(refused) = self.watch.refusal() {
+            return Err(refused);
+        }
+        let block = block
+            .min(self.tuning.wait_refresh)
+            .max(Duration::from_millis(1));
+        let lock_key = self.lock_key(req.name);
+        let inv = scripts::acquire_at(
+            &lock_key,
+            req.token,
+            ask(req),
+            block,
+            &self.tuning,
+            self.server_time.estimate(),
+        );
+        let mut blpop = redis::cmd("BLPOP");
+        blpop
+            .arg(keys::wake_key(&self.prefix, req.name, req.token))
+            // Never "0", which blocks forever.
+            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+        let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
+        let sent = Instant::now();
+        let replies = within(
+            Phase::Acquire,
+            block + self.response_timeout * 2,
+            scripts::pipeline(&mut con, [inv], Some(blpop)),
+        )
+        .await
+        .inspect_err(|_| self.blocking.clear())?;
+        let received = Instant::now();
+        let mut replies = replies.into_iter();
+        let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))
+            .map_err(redis_error(Phase::Acquire));
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                self.blocking.put(con);
+                return Err(self.explain(req.name, e).await);
+            }
+        };
+        let popped: Option<(String, String)> = replies
+            .next()
+            .unwrap_or(Ok(redis::Value::Nil))
+            .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
+            .map_err(redis_error(Phase::Wait))?;
+        if let AcquireReply::Taken { .. } = reply {
+            // Taken free by the script, not handed over: the next wait on this name tries first.
+            self.contended.mark(req.name, false);
+        }
+        if let (AcquireReply::Taken { .. }, Some(at)) = (reply, reply.server_us()) {
+            // Taken: the BLPOP after it returned at once, so the round trip is a fair sample.
+            self.learn_time(sent, received, at);
+        }
+        let grant = match wait_outcome(req, reply, popped, sent, received)? {
+            WaitStep::Granted(grant) => grant,
+            WaitStep::Done(outcome) => {
+                self.blocking.put(con);
+                return outcome;
+            }
+        };
+        let Some((numreplicas, wait_timeout, policy)) = req.opts.replicas else {
+            self.blocking.put(con);
+            return Ok(Attempt::Taken(grant));
+        };
+        // The lock write was the releaser's (a hand-over) or ours; `WAIT` on this connection covers
+        // both, since the `BLPOP` that took our grant is itself a write that came after it.
+        let acked: i64 = within(
+            Phase::Replicate,
+            wait_timeout + self.response_timeout * 2,
+            wait_cmd(numreplicas, wait_timeout).query_async(&mut con),
+        )
+        .await
+        .inspect_err(|_| self.blocking.clear())?;
+        self.blocking.put(con);
+        self.replica_outcome(req, grant, acked, (numreplicas, policy))
+            .await
+    }
+}
+
 impl StoreKind {
     /// Redis: one server (`redis://`, `rediss://`), a primary found through Sentinel
     /// (`redis-sentinel://`, `rediss-sentinel://`) or a Redis Cluster (`redis-cluster://`,
@@ -662,90 +754,29 @@ impl Store for RedisStore {
         }
     }
 
-    /// One round trip on a dedicated connection: acquire.lua (take it, or join the queue / refresh
-    /// our place) and a `BLPOP` of our own wake list for at most `block` (and at most the refresh
-    /// period), pipelined. Taken by the script: the `BLPOP` pops the grant the script left and returns
-    /// at once. Queued: it returns when a release hands us the lock (we hold it; nothing more to send)
-    /// or when the block ends (busy: the next call refreshes our place). With a replica wait, `WAIT`
-    /// follows on the same connection once the lease is ours.
+    /// The first step of a wait tries first, as [`Store::acquire`] does (one round trip on the shared
+    /// connection, the try's commands): a free name costs a waiting acquire what it costs a try, and
+    /// the try never jumps a non-empty queue (acquire.lua hands a free lock to the queue's head
+    /// first). Busy, it joins the queue with [`RedisStore::queue_step`], one round trip more; every
+    /// later step goes there at once. A name this client found busy last time (contended: its
+    /// waiters are handed the lease) joins at once, until a step takes it free. With a replica wait
+    /// the first step joins at once (the try's `WAIT` would block the shared connection's turn for
+    /// nothing when the name is busy).
     async fn acquire_or_wait(&self, req: &Request<'_>, block: Duration) -> Result<Attempt> {
-        if let Some(refused) = self.watch.refusal() {
-            return Err(refused);
-        }
-        let block = block
-            .min(self.tuning.wait_refresh)
-            .max(Duration::from_millis(1));
-        let lock_key = self.lock_key(req.name);
-        let inv = scripts::acquire_at(
-            &lock_key,
-            req.token,
-            ask(req),
-            block,
-            &self.tuning,
-            self.server_time.estimate(),
-        );
-        let mut blpop = redis::cmd("BLPOP");
-        blpop
-            .arg(keys::wake_key(&self.prefix, req.name, req.token))
-            // Never "0", which blocks forever.
-            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
-        let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
-        let sent = Instant::now();
-        let replies = within(
-            Phase::Acquire,
-            block + self.response_timeout * 2,
-            scripts::pipeline(&mut con, [inv], Some(blpop)),
-        )
-        .await
-        .inspect_err(|_| self.blocking.clear())?;
-        let received = Instant::now();
-        let mut replies = replies.into_iter();
-        let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))
-            .map_err(redis_error(Phase::Acquire));
-        let reply = match reply {
-            Ok(r) => r,
-            Err(e) => {
-                self.blocking.put(con);
-                return Err(self.explain(req.name, e).await);
+        if req.step == 0 && req.opts.replicas.is_none() && !self.contended.is(req.name) {
+            if let taken @ Attempt::Taken(_) = self.acquire(req).await? {
+                return Ok(taken);
             }
-        };
-        let popped: Option<(String, String)> = replies
-            .next()
-            .unwrap_or(Ok(redis::Value::Nil))
-            .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
-            .map_err(redis_error(Phase::Wait))?;
-        if let (AcquireReply::Taken { .. }, Some(at)) = (reply, reply.server_us()) {
-            // Taken: the BLPOP after it returned at once, so the round trip is a fair sample.
-            self.learn_time(sent, received, at);
+            // Busy: the try left nothing for this token (it neither queued nor was handed a grant),
+            // so the queue step below is still the first that may find one.
+            self.contended.mark(req.name, true);
         }
-        let grant = match wait_outcome(req, reply, popped, sent, received)? {
-            WaitStep::Granted(grant) => grant,
-            WaitStep::Done(outcome) => {
-                self.blocking.put(con);
-                return outcome;
-            }
-        };
-        let Some((numreplicas, wait_timeout, policy)) = req.opts.replicas else {
-            self.blocking.put(con);
-            return Ok(Attempt::Taken(grant));
-        };
-        // The lock write was the releaser's (a hand-over) or ours; `WAIT` on this connection covers
-        // both, since the `BLPOP` that took our grant is itself a write that came after it.
-        let acked: i64 = within(
-            Phase::Replicate,
-            wait_timeout + self.response_timeout * 2,
-            wait_cmd(numreplicas, wait_timeout).query_async(&mut con),
-        )
-        .await
-        .inspect_err(|_| self.blocking.clear())?;
-        self.blocking.put(con);
-        self.replica_outcome(req, grant, acked, (numreplicas, policy))
-            .await
+        self.queue_step(req, block).await
     }
 
-    /// The same request as [`Store::acquire_or_wait`]: for this store, waiting is joining the queue.
+    /// The same request as [`RedisStore::queue_step`]: for this store, waiting is joining the queue.
     async fn wait_turn(&self, req: &Request<'_>, block: Duration) -> Result<Turn> {
-        Ok(match self.acquire_or_wait(req, block).await? {
+        Ok(match self.queue_step(req, block).await? {
             Attempt::Taken(grant) => Turn::Taken(grant),
             Attempt::Busy { .. } => Turn::AskAgain,
         })
@@ -767,19 +798,14 @@ impl Store for RedisStore {
         Ok(())
     }
 
-    /// renew.lua (sem_renew.lua for a permit) for each lease, pipelined; the server's time in each
-    /// reply teaches the store's clock rate (one server only).
+    /// One lease: renew.lua (sem_renew.lua for a permit). Many: renew_many.lua in batches
+    /// ([`renewal`]), pipelined. The server's time in the replies teaches the store's clock rate (one
+    /// server only).
     async fn renew(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>> {
-        self.flags(Phase::Renew, held, |i, h| {
-            scripts::renew(
-                &self.lock_key(h.name),
-                h.token,
-                h.opts.ttl,
-                h.opts.permits,
-                i == 0,
-            )
-        })
-        .await
+        if held.len() < 2 {
+            return self.renew_each(held).await;
+        }
+        self.renew_batched(held).await
     }
 
     fn clock_rate(&self) -> Option<ClockRate> {

@@ -158,8 +158,18 @@ async fn a_batch_of_renewals_is_one_pipeline_per_master() {
     .await
     .unwrap();
     let opts = LeaseOptions::with_ttl(30 * SEC).unwrap();
-    let names: Vec<String> = (0..90).map(|i| format!("batch-{i}")).collect();
-    let tokens: Vec<String> = (0..90).map(|i| format!("{i:032x}")).collect();
+    let mut names: Vec<String> = (0..90).map(|i| format!("batch-{i}")).collect();
+    // And 12 names in the slot of the first: their renewals go as one renew_many.lua call.
+    let slot = crate::lease::store::redis::node::key_slot(store.lock_key(&names[0]).as_bytes());
+    let same: Vec<String> = (0..)
+        .map(|i| format!("same-{i}"))
+        .filter(|n| {
+            crate::lease::store::redis::node::key_slot(store.lock_key(n).as_bytes()) == slot
+        })
+        .take(12)
+        .collect();
+    names.extend(same);
+    let tokens: Vec<String> = (0..names.len()).map(|i| format!("{i:032x}")).collect();
     for (name, token) in names.iter().zip(&tokens) {
         let req = Request {
             name,

@@ -1,7 +1,8 @@
 -- acquire, first part: the common case, a free lock with nothing queued, answered in three commands
 -- (the lock's `SET NX PX GET`, the record's `SET GET`), before lib.lua's functions are built. Every
 -- other case goes on in acquire.lua with what was read here, so no command is sent twice, except the
--- common join of a waiter behind a holder with others queued (at the end), answered here too.
+-- common join of a waiter behind a holder with others queued, and a try there (at the end), answered
+-- here too.
 -- KEYS[1] lock (KEYS[2] the never-existing key, on a Redis Cluster)
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the server clock's estimate µs, no earlier than it (0: none,
 -- TIME is read), ARGV[4] how long the record is kept ms (the retention, at least the TTL), ARGV[5] what
@@ -69,6 +70,17 @@ if not held then
     end
     return {1, hi, tonumber(ARGV[2]), hi, exact}
   end
+end
+
+-- A try behind a holder that already has others queued (the first step of a waiting acquire that finds
+-- the name busy, mostly): busy, with the holder's TTL, which is all the second part would do here.
+if held and string.byte(ARGV[5]) == 48 and string.sub(held, -2) == ':q'
+    and held ~= token .. ':q' then
+  local pttl = redis.call('PTTL', lock_key)
+  if exact == 1 then
+    return {0, pttl, hi, 1}
+  end
+  return {0, pttl, tonumber(hi_text), 0}
 end
 
 -- The common join, still before lib.lua: a waiter behind a holder that already has others queued

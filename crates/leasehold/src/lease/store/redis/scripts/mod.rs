@@ -59,6 +59,8 @@ const FORCE_RELEASE_LUA: &str = concat!(
 );
 /// Renewal is the one script on the path of every held lease, many times per TTL: it stays minimal.
 const RENEW_LUA: &str = include_str!("renew.lua");
+/// The renewal of a batch of locks in one call (one slot's, on a cluster).
+const RENEW_MANY_LUA: &str = include_str!("renew_many.lua");
 const SEM_ACQUIRE_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("fence.lua"),
@@ -93,6 +95,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_LUA));
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_LUA));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
+static RENEW_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_MANY_LUA));
 static SEM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_ACQUIRE_LUA));
 static SEM_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RELEASE_LUA));
 static SEM_RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(SEM_RENEW_LUA));
@@ -103,12 +106,13 @@ const READ_NOTE_LUA: &str = include_str!("read_note.lua");
 static NOTE: LazyLock<Script> = LazyLock::new(|| Script::new(NOTE_LUA));
 static READ_NOTE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_NOTE_LUA));
 /// Every script, for reloading a server's lost script cache.
-static ALL: [&LazyLock<Script>; 11] = [
+static ALL: [&LazyLock<Script>; 12] = [
     &ACQUIRE,
     &RELEASE,
     &ABANDON,
     &FORCE_RELEASE,
     &RENEW,
+    &RENEW_MANY,
     &SEM_ACQUIRE,
     &SEM_RELEASE,
     &SEM_RENEW,
@@ -136,12 +140,13 @@ pub fn sources() -> [(&'static str, &'static str); 11] {
     ]
 }
 /// Every script's source, for loading them all in one pipeline.
-const ALL_LUA: [&str; 11] = [
+const ALL_LUA: [&str; 12] = [
     ACQUIRE_LUA,
     RELEASE_LUA,
     ABANDON_LUA,
     FORCE_RELEASE_LUA,
     RENEW_LUA,
+    RENEW_MANY_LUA,
     SEM_ACQUIRE_LUA,
     SEM_RELEASE_LUA,
     SEM_RENEW_LUA,
@@ -469,6 +474,62 @@ pub(crate) fn renew(lock_key: &str, token: &str, ttl: Duration, permits: u32, cl
         call.arg(if clock { "1" } else { "0" });
     }
     call
+}
+
+/// The most locks one renew_many.lua call renews: Redis runs nothing else while a script runs, so a
+/// batch stays short (about 100 µs here).
+pub(crate) const RENEW_BATCH: usize = 100;
+
+/// renew_many.lua: renew.lua for each `(lock key, token, ttl)` of `batch` (at most
+/// [`RENEW_BATCH`]; on a Redis Cluster, all in one slot) in one call. [`renewed_many`] reads the reply.
+pub(crate) fn renew_many(batch: &[(&str, &str, Duration)], clock: bool) -> Call {
+    let keys: Vec<&str> = batch.iter().map(|(key, _, _)| *key).collect();
+    let mut call = Call::new(&RENEW_MANY, &keys);
+    call.arg(if clock { "1" } else { "0" });
+    for (_, token, ttl) in batch {
+        call.arg(*token).arg(ms(*ttl));
+    }
+    call
+}
+
+/// Reads renew_many.lua's reply for a batch of `n`: per lock `Some(ours)`, or `None` when its key
+/// holds another type (to be renewed alone); and the server's time in microseconds when asked for.
+pub(crate) fn renewed_many(
+    v: RedisResult<Value>,
+    n: usize,
+) -> RedisResult<(Vec<Option<bool>>, Option<i64>)> {
+    let bad = || {
+        bad_reply(
+            "renew_many",
+            "not {flags} or {flags, seconds, microseconds}",
+        )
+    };
+    let Value::Array(items) = v? else {
+        return Err(bad());
+    };
+    let mut items = items.into_iter();
+    let flags: Vec<u8> = redis::from_redis_value(items.next().ok_or_else(bad)?)?;
+    if flags.len() != n {
+        return Err(bad_reply("renew_many", "one flag per lock"));
+    }
+    let at = match (items.next(), items.next()) {
+        (Some(s), Some(us)) => {
+            let (s, us): (i64, i64) = (redis::from_redis_value(s)?, redis::from_redis_value(us)?);
+            Some(s * 1_000_000 + us)
+        }
+        (None, None) => None,
+        _ => return Err(bad()),
+    };
+    let flags = flags
+        .into_iter()
+        .map(|f| match f {
+            b'1' => Ok(Some(true)),
+            b'0' => Ok(Some(false)),
+            b'x' => Ok(None),
+            _ => Err(bad_reply("renew_many", "a flag is not 1, 0 or x")),
+        })
+        .collect::<RedisResult<_>>()?;
+    Ok((flags, at))
 }
 
 /// force_release.lua: evict the holder whose token is `holder` (`None`: every holder, of a lock or a

@@ -581,6 +581,42 @@ async fn nobody_jumps_a_non_empty_queue() {
     assert_eq!(queue(&mut con, &k).await, ["d"]);
 }
 
+/// A waiting acquire's first step is a try (block 0) and, when busy, a queue step with the same
+/// token. The try, run twice, neither queues nor leaves a grant, and never jumps a queue, also when the
+/// lock is free meanwhile; the queue step after it joins the tail.
+#[tokio::test]
+async fn a_waits_first_try_run_twice_neither_queues_nor_jumps_the_queue() {
+    let (_srv, mut con, k) = setup().await;
+    acquire(&mut con, &k, "a", Duration::ZERO).await;
+    assert!(is_busy(acquire(&mut con, &k, "w", SEC).await));
+    for _ in 0..2 {
+        assert!(is_busy(acquire(&mut con, &k, "c", Duration::ZERO).await));
+    }
+    assert_eq!(queue(&mut con, &k).await, ["w"]);
+    for key in [k.wake("c"), k.alive("c")] {
+        assert!(!exists(&mut con, &key).await, "{key} left by a try");
+    }
+    assert!(is_busy(acquire(&mut con, &k, "c", SEC).await));
+    assert_eq!(queue(&mut con, &k).await, ["w", "c"]);
+    // The lock vanishes without a release: the try of a new waiter, twice, hands it to the head once.
+    redis::cmd("DEL")
+        .arg(&k.lock)
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert!(is_busy(acquire(&mut con, &k, "d", Duration::ZERO).await));
+    }
+    assert_eq!(holder(&mut con, &k).await.as_deref(), Some("w"));
+    assert!(popped_grant(&mut con, &k, "w").await.is_some());
+    assert!(
+        popped_grant(&mut con, &k, "w").await.is_none(),
+        "handed twice"
+    );
+    assert_eq!(queue(&mut con, &k).await, ["c"]);
+    assert!(!exists(&mut con, &k.wake("d")).await);
+}
+
 #[tokio::test]
 async fn a_waiter_whose_deadline_passed_is_skipped() {
     let (_srv, mut con, k) = setup().await;
@@ -775,6 +811,68 @@ async fn renewed_twice_renews_once(con: &mut Con, k: &LeaseKeys) {
         .unwrap(),
         (false, None)
     );
+}
+
+/// renew_many.lua renews the locks of a batch that hold their tokens (bare or marked `:q`), leaves
+/// the others, flags a key of another type for a renewal alone, reads the clock when asked; run twice,
+/// the same effect as once.
+#[tokio::test]
+async fn renew_many_renews_only_its_own_locks_and_run_twice_as_once() {
+    let (_srv, mut con, _) = setup().await;
+    let k: Vec<LeaseKeys> = (0..4)
+        .map(|i| LeaseKeys::new("t", &format!("many-{i}")).unwrap())
+        .collect();
+    for (key, value) in [
+        (&k[0].lock, "a"),
+        (&k[1].lock, "b:q"),
+        (&k[2].lock, "other"),
+    ] {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(1_000)
+            .query_async::<()>(&mut con)
+            .await
+            .unwrap();
+    }
+    redis::cmd("RPUSH")
+        .arg(&k[3].lock)
+        .arg("not a lock")
+        .query_async::<()>(&mut con)
+        .await
+        .unwrap();
+    let batch = [
+        (k[0].lock.as_str(), "a", 30 * SEC),
+        (k[1].lock.as_str(), "b", 20 * SEC),
+        (k[2].lock.as_str(), "c", 30 * SEC),
+        (k[3].lock.as_str(), "d", 30 * SEC),
+    ];
+    let before = server_us(&mut con).await;
+    for clock in [true, true, false] {
+        let reply = invoke_value(&mut con, &super::renew_many(&batch, clock)).await;
+        let (flags, at) = renewed_many(Ok(reply), batch.len()).unwrap();
+        assert_eq!(flags, [Some(true), Some(true), Some(false), None]);
+        assert_eq!(at.is_some(), clock);
+        if let Some(at) = at {
+            assert!(at >= before, "{at} < {before}");
+        }
+        let ttls = [
+            pttl(&mut con, &k[0].lock).await,
+            pttl(&mut con, &k[1].lock).await,
+            pttl(&mut con, &k[2].lock).await,
+        ];
+        assert!(
+            ttls[0] > 29_000 && ttls[1] > 19_000 && ttls[1] <= 20_000,
+            "{ttls:?}"
+        );
+        assert!(ttls[2] <= 1_000, "someone else's lock renewed: {ttls:?}");
+        assert_eq!(get(&mut con, &k[1].lock).await.as_deref(), Some("b:q"));
+    }
+}
+
+async fn invoke_value(con: &mut Con, call: &Call) -> redis::Value {
+    invoke(con, call).await.unwrap()
 }
 
 #[tokio::test]

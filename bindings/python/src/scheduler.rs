@@ -55,53 +55,91 @@ impl PyJob {
         jitter: f64,
     ) -> PyResult<Self> {
         if !func.is_callable() {
-            return Err(invalid(&name, "func", "is not callable; give a function of one argument (the run)"));
+            return Err(invalid(
+                &name,
+                "func",
+                "is not callable; give a function of one argument (the run)",
+            ));
         }
         let when = match (cron, every) {
-            (Some(_), Some(_)) => return Err(invalid(&name, "every", "give `cron` or `every`, not both")),
+            (Some(_), Some(_)) => {
+                return Err(invalid(&name, "every", "give `cron` or `every`, not both"))
+            }
             (None, None) => {
-                return Err(invalid(&name, "cron", "missing: give cron=\"0 2 * * *\" or every=600 (seconds)"))
+                return Err(invalid(
+                    &name,
+                    "cron",
+                    "missing: give cron=\"0 2 * * *\" or every=600 (seconds)",
+                ))
             }
             (Some(expr), None) => {
                 if offset != 0.0 {
-                    return Err(invalid(&name, "offset", "goes with `every`; a cron expression has its own minutes"));
+                    return Err(invalid(
+                        &name,
+                        "offset",
+                        "goes with `every`; a cron expression has its own minutes",
+                    ));
                 }
                 When::cron(&expr, zone).map_err(|e| {
-                    let field = if e.to_string().contains("time zone") { "zone" } else { "cron" };
+                    let field = if e.to_string().contains("time zone") {
+                        "zone"
+                    } else {
+                        "cron"
+                    };
                     invalid(&name, field, e)
                 })?
             }
             (None, Some(period)) => {
                 schedule::when::zone(zone).map_err(|e| invalid(&name, "zone", e))?;
-                When::every(seconds("every", period)?, seconds("offset", offset)?)
-                    .map_err(|e| {
-                        let field = if e.to_string().contains("offset") { "offset" } else { "every" };
-                        invalid(&name, field, e)
-                    })?
+                When::every(seconds("every", period)?, seconds("offset", offset)?).map_err(|e| {
+                    let field = if e.to_string().contains("offset") {
+                        "offset"
+                    } else {
+                        "every"
+                    };
+                    invalid(&name, field, e)
+                })?
             }
         };
-        let lease = LeaseOptions::with_ttl(seconds("ttl", ttl)?).map_err(|e| invalid(&name, "ttl", e))?;
+        let lease =
+            LeaseOptions::with_ttl(seconds("ttl", ttl)?).map_err(|e| invalid(&name, "ttl", e))?;
         let grace = match grace {
             Some(g) => seconds("grace", g)?,
             None => lease.default_shutdown(),
         };
-        lease.check_shutdown(grace).map_err(|e| invalid(&name, "grace", e))?;
+        lease
+            .check_shutdown(grace)
+            .map_err(|e| invalid(&name, "grace", e))?;
         let mut p = Policy::default();
         p.lease = lease;
         p.grace = grace;
-        p.starting_deadline = starting_deadline.map(|d| seconds("starting_deadline", d)).transpose()?;
+        p.starting_deadline = starting_deadline
+            .map(|d| seconds("starting_deadline", d))
+            .transpose()?;
         p.catch_up = match catch_up {
             "skip" => CatchUp::Skip,
             "latest" => CatchUp::Latest,
             "all" => CatchUp::All,
-            other => return Err(invalid(&name, "catch_up", format!("`{other}` is not a policy; give skip, latest or all"))),
+            other => {
+                return Err(invalid(
+                    &name,
+                    "catch_up",
+                    format!("`{other}` is not a policy; give skip, latest or all"),
+                ))
+            }
         };
         p.catch_up_limit = catch_up_limit;
         p.overlap = match overlap {
             "forbid" => Overlap::Forbid,
             "allow" => Overlap::Allow,
             "replace" => Overlap::Replace,
-            other => return Err(invalid(&name, "overlap", format!("`{other}` is not a policy; give forbid, allow or replace"))),
+            other => {
+                return Err(invalid(
+                    &name,
+                    "overlap",
+                    format!("`{other}` is not a policy; give forbid, allow or replace"),
+                ))
+            }
         };
         p.max_attempts = max_attempts;
         p.backoff = seconds("backoff", backoff)?;
@@ -109,7 +147,10 @@ impl PyJob {
         let job = CoreJob::new(&name, when)
             .and_then(|j| j.with_policy(p))
             .map_err(to_py)?;
-        Ok(PyJob { job, func: Arc::new(func.unbind()) })
+        Ok(PyJob {
+            job,
+            func: Arc::new(func.unbind()),
+        })
     }
 
     /// The job's name.
@@ -243,7 +284,10 @@ impl Runner for PyRunner {
             .get(run.job.name())
             .cloned();
         let Some(func) = func else {
-            return RunEnd { exit_code: None, lost: false };
+            return RunEnd {
+                exit_code: None,
+                lost: false,
+            };
         };
         let ctx = ScheduledRun {
             job: run.job.name().to_owned(),
@@ -283,7 +327,10 @@ impl Scheduler {
     pub(crate) fn start(py: Python<'_>, client: LeaseClient, holder: String) -> PyResult<Self> {
         let runner = Arc::new(PyRunner::default());
         let r: Arc<dyn Runner> = runner.clone();
-        let inner = block(py, async move { core::Scheduler::new(client, &holder, r).await })?;
+        let inner = block(
+            py,
+            async move { core::Scheduler::new(client, &holder, r).await },
+        )?;
         Ok(Scheduler {
             inner: Arc::new(inner),
             runner,
@@ -323,7 +370,11 @@ impl Scheduler {
             .unwrap_or_else(|p| p.into_inner())
             .get(&name)
             .cloned()
-            .ok_or_else(|| BadInput::new_err(format!("invalid job `{name}`: this scheduler does not run it")))?;
+            .ok_or_else(|| {
+                BadInput::new_err(format!(
+                    "invalid job `{name}`: this scheduler does not run it"
+                ))
+            })?;
         let inner = self.inner.clone();
         block(py, async move { to_json(&inner.trigger(&job).await?) })
     }
@@ -359,14 +410,25 @@ impl Drop for Scheduler {
 }
 
 /// Records of `job`, newest first, as JSON.
-pub(crate) fn history_json(py: Python<'_>, client: LeaseClient, job: String, limit: usize) -> PyResult<String> {
+pub(crate) fn history_json(
+    py: Python<'_>,
+    client: LeaseClient,
+    job: String,
+    limit: usize,
+) -> PyResult<String> {
     block(py, async move {
         to_json::<Vec<SlotRecord>>(&schedule::history(&client, &job, limit).await?)
     })
 }
 
 /// Pauses (`true`) or resumes `job` on every replica.
-pub(crate) fn set_paused(py: Python<'_>, client: LeaseClient, job: String, paused: bool, by: String) -> PyResult<()> {
+pub(crate) fn set_paused(
+    py: Python<'_>,
+    client: LeaseClient,
+    job: String,
+    paused: bool,
+    by: String,
+) -> PyResult<()> {
     block(py, async move {
         if paused {
             core::pause(&client, &job, &by).await
@@ -377,6 +439,10 @@ pub(crate) fn set_paused(py: Python<'_>, client: LeaseClient, job: String, pause
 }
 
 /// Who paused `job`, or `None`.
-pub(crate) fn paused_by(py: Python<'_>, client: LeaseClient, job: String) -> PyResult<Option<String>> {
+pub(crate) fn paused_by(
+    py: Python<'_>,
+    client: LeaseClient,
+    job: String,
+) -> PyResult<Option<String>> {
     block(py, async move { core::paused(&client, &job).await })
 }

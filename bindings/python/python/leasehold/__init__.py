@@ -262,7 +262,7 @@ class LeaseClient:
     ) -> "LeaseClient":
         """Connects to the store ``url`` names: every URL ``leasehold --store`` takes (``redis://``,
         ``rediss://``, ``redis-sentinel://``, ``redis-cluster://``, ``postgres://``, ``mysql://``,
-        ``mariadb://``; ``etcd://`` only in a build with the etcd feature). Raises
+        ``mariadb://``, ``etcd://``, ``etcds://``). Raises
         :class:`BadInput` for a malformed URL, :class:`Unreachable`, :class:`Unauthorized`,
         :class:`Misconfigured` (a replica, an evicting Redis)."""
         return cls(_leasehold.Client.connect(url, key_prefix, connect_timeout))

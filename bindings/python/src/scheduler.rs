@@ -18,8 +18,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{block, runtime, seconds, to_json, to_py, BadInput};
 
-/// A job for [`Scheduler`]: a name, its slots (a cron expression in a time zone, or a period),
-/// its policies and the Python function that runs a slot.
+/// Job(name, func, *, cron=None, zone="UTC", every=None, offset=0, ttl=30, grace=None,
+/// starting_deadline=None, catch_up="skip", catch_up_limit=100, overlap="forbid", max_attempts=3,
+/// backoff=1, jitter=0)
+///
+/// A scheduled job: its slots (`cron`, 5 or 6 fields, read in the IANA `zone`; or `every` whole
+/// seconds from the Unix epoch, shifted by `offset`), its policies (as the keys of a `leasehold
+/// cron` file; durations in seconds) and `func`, called with a `ScheduledRun` for each slot this
+/// replica runs: it returns None or 0 (done), another int (failed, retried up to `max_attempts`),
+/// or raises (failed). Raises `BadInput` naming the field for a bad value; nothing runs until a
+/// scheduler's `set_jobs`.
 #[pyclass(frozen, name = "Job", module = "leasehold._leasehold")]
 pub(crate) struct PyJob {
     job: CoreJob,
@@ -182,7 +190,9 @@ impl PyJob {
     }
 }
 
-/// One attempt at a slot, handed to the job's function.
+/// One attempt at a slot, handed to the job's function: `job`, `slot_unix_ms` (the slot's
+/// instant by the store's clock), `attempt` (from 1), `triggered`, `fence` (pass it to fenced
+/// writes), `stopping` (stop soon once true) and `wait_stop(timeout)`.
 #[pyclass(frozen, name = "ScheduledRun", module = "leasehold._leasehold")]
 pub(crate) struct ScheduledRun {
     job: String,
@@ -315,7 +325,8 @@ impl Runner for PyRunner {
     }
 }
 
-/// The scheduler: one per process is enough; every replica runs one with the same jobs.
+/// The scheduler (`LeaseClient.scheduler()`): one per process is enough; every replica runs one
+/// with the same jobs. Dropped without `drain`, it stops taking slots in the background.
 #[pyclass(frozen, name = "Scheduler", module = "leasehold._leasehold")]
 pub(crate) struct Scheduler {
     inner: Arc<core::Scheduler>,

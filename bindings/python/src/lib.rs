@@ -13,7 +13,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use leasehold::election::{Election as CoreElection, Leadership as CoreLeadership};
+mod scheduler;
+
+use leasehold::election::{
+    Election as CoreElection, Leadership as CoreLeadership, Observer as CoreObserver,
+};
 use leasehold::schedule::{self, Claim, Schedule, SlotRun as CoreSlotRun};
 use leasehold::{Error, LeaseClient, LeaseOptions, LostSignal, StoreFailure};
 use pyo3::create_exception;
@@ -326,6 +330,40 @@ impl Client {
         })
     }
 
+    /// Follows the leader of election `name` with the core's observer, asking the store every
+    /// `every` seconds.
+    fn observe(&self, name: String, every: f64) -> PyResult<Observer> {
+        let every = seconds("every", every)?;
+        let opts = LeaseOptions::default();
+        let election = CoreElection::new(&self.inner, &name, &opts).map_err(to_py)?;
+        Ok(Observer {
+            inner: std::sync::Arc::new(tokio::sync::Mutex::new(election.observe().every(every))),
+        })
+    }
+
+    /// A scheduler of Python jobs on this client's store, its records naming `holder` (default
+    /// host:pid:random); it runs nothing until `set_jobs`.
+    #[pyo3(signature = (holder=None))]
+    fn scheduler(&self, py: Python<'_>, holder: Option<String>) -> PyResult<scheduler::Scheduler> {
+        let holder = holder.unwrap_or_else(leasehold::election::default_holder);
+        scheduler::Scheduler::start(py, self.inner.clone(), holder)
+    }
+
+    /// The slot records of `job` the store keeps, newest first, at most `limit`, as JSON.
+    fn history_json(&self, py: Python<'_>, job: String, limit: usize) -> PyResult<String> {
+        scheduler::history_json(py, self.inner.clone(), job, limit)
+    }
+
+    /// Pauses (`paused=True`) or resumes `job` on every replica; `by` says who.
+    fn set_paused(&self, py: Python<'_>, job: String, paused: bool, by: String) -> PyResult<()> {
+        scheduler::set_paused(py, self.inner.clone(), job, paused, by)
+    }
+
+    /// Who paused `job`, or `None` when it is not paused.
+    fn paused_by(&self, py: Python<'_>, job: String) -> PyResult<Option<String>> {
+        scheduler::paused_by(py, self.inner.clone(), job)
+    }
+
     /// Claims the current slot of `job` run every `every` seconds: `("run", SlotRun)`, or
     /// `("busy" | "done" | "exhausted", record JSON or None)`.
     #[pyo3(signature = (job, every, ttl, max_attempts=3, holder=None, offset=0.0))]
@@ -585,6 +623,53 @@ impl Leadership {
     }
 }
 
+/// Follows who leads an election: the core's `Observer` (it asks the store every `every`; a
+/// change shorter than that can be missed).
+#[pyclass(frozen, module = "leasehold._leasehold")]
+struct Observer {
+    inner: std::sync::Arc<tokio::sync::Mutex<CoreObserver>>,
+}
+
+/// The next change within `timeout` (`None`: wait as long as it takes): `Some(json)` of the leader
+/// (`"null"`: nobody leads), `None` when the timeout passed first.
+async fn next_change(
+    observer: std::sync::Arc<tokio::sync::Mutex<CoreObserver>>,
+    timeout: Option<Duration>,
+) -> leasehold::Result<Option<String>> {
+    let mut observer = observer.lock().await;
+    let changed = observer.changed();
+    let leader = match timeout {
+        None => changed.await?,
+        Some(t) => match tokio::time::timeout(t, changed).await {
+            Ok(leader) => leader?,
+            Err(_elapsed) => return Ok(None),
+        },
+    };
+    to_json(&leader).map(Some)
+}
+
+#[pymethods]
+impl Observer {
+    /// Waits (GIL released) for the next change: the leader as JSON, or `None` when `timeout`
+    /// seconds passed first. The first call reports the current leader at once.
+    #[pyo3(signature = (timeout=None))]
+    fn changed_json(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        block(py, next_change(self.inner.clone(), timeout))
+    }
+
+    /// As `changed_json`, awaitable.
+    #[pyo3(signature = (timeout=None))]
+    fn changed_json_async<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        awaitable(py, next_change(self.inner.clone(), timeout))
+    }
+}
+
 /// A claimed slot of a scheduled job: run the job, then `finish`.
 #[pyclass(frozen, module = "leasehold._leasehold")]
 struct SlotRun {
@@ -649,6 +734,10 @@ fn _leasehold(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Lease>()?;
     m.add_class::<Leadership>()?;
     m.add_class::<SlotRun>()?;
+    m.add_class::<Observer>()?;
+    m.add_class::<scheduler::PyJob>()?;
+    m.add_class::<scheduler::ScheduledRun>()?;
+    m.add_class::<scheduler::Scheduler>()?;
     m.add("LeaseholdError", py.get_type::<LeaseholdError>())?;
     m.add("Busy", py.get_type::<Busy>())?;
     m.add("Lost", py.get_type::<Lost>())?;

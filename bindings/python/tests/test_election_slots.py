@@ -90,3 +90,55 @@ def test_a_deposed_leader_is_told(client: leasehold.LeaseClient) -> None:
     assert leadership.lost.wait(7), "the leader learns it at its next renewal"
     with pytest.raises(leasehold.LeaseholdError):
         leadership.proclaim("still me")
+
+
+def test_observe_reports_nobody_a_leader_and_a_new_term_and_times_out(client: leasehold.LeaseClient) -> None:
+    """The core's observer: the first change is the current state (nobody), then each term; a quiet
+    election ends the iteration at its timeout, and `changed` says it timed out."""
+    election = client.election("watched", ttl=5)
+    observation = election.observe(every=0.05)
+    assert observation.changed(1) == (True, None), "first: the current state, nobody"
+    assert observation.changed(0.3) == (False, None), "nothing changed"
+    first = election.campaign("one")
+    changed, leader = observation.changed(2)
+    assert changed and leader is not None and leader["term"] == first.term and leader["value"] == "one"
+    first.proclaim("uno")
+    assert observation.changed(2)[1]["value"] == "uno", "a new value is a change"
+    first.resign()
+    second = election.campaign("two")
+    # Nobody may be seen in between (the observer asks every 50 ms); the new term is seen.
+    terms = []
+    for leader in observation:
+        terms.append(None if leader is None else leader["term"])
+        if terms[-1] == second.term:
+            break
+    assert terms[-1] == second.term > first.term
+    second.resign()
+    began = time.monotonic()
+    assert [None if l is None else l["term"] for l in election.observe(every=0.05, timeout=0.5)] == [None]
+    assert 0.4 < time.monotonic() - began < 3
+
+
+def test_observe_async_for(client: leasehold.LeaseClient) -> None:
+    import asyncio
+
+    election = client.election("watched-async", ttl=5)
+
+    async def main() -> list:
+        seen = []
+
+        async def follow() -> None:
+            async for leader in election.observe(every=0.05, timeout=5):
+                seen.append(None if leader is None else leader["value"])
+                if seen[-1] == "async-leader":
+                    return
+
+        task = asyncio.create_task(follow())
+        await asyncio.sleep(0.2)
+        leadership = await asyncio.to_thread(election.campaign, "async-leader")
+        await asyncio.wait_for(task, 5)
+        leadership.resign()
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen[0] is None and seen[-1] == "async-leader", seen

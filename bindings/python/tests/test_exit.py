@@ -84,3 +84,46 @@ def test_sigkill_is_the_limit(client: leasehold.LeaseClient, prefix: str) -> Non
     child.wait()
     assert client.status("killed")["held"], "a SIGKILLed holder cannot release"
     wait_until(lambda: not client.status("killed")["held"], 6, "the TTL freed it")
+
+
+def test_an_exception_or_a_cancellation_out_of_any_context_releases_what_it_held(
+    client: leasehold.LeaseClient,
+) -> None:
+    """Every context manager the package has, left by an exception (sync and async) or by a
+    cancelled asyncio task: nothing stays held, long before the 30 s TTLs."""
+    import asyncio
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom):
+        with client.lease("sync", ttl=30), client.lease("pool", ttl=30, permits=2), client.election(
+            "boss", ttl=30
+        ).campaign("me"), client.scheduler() as sched:
+            sched.set_jobs([leasehold.Job("never", lambda run: 0, cron="0 0 1 1 *")])
+            raise Boom
+
+    async def raising() -> None:
+        async with client.lease("async", ttl=30):
+            raise Boom
+
+    with pytest.raises(Boom):
+        asyncio.run(raising())
+
+    async def cancelled() -> None:
+        entered = asyncio.Event()
+
+        async def hold() -> None:
+            async with client.lease("cancelled", ttl=30):
+                entered.set()
+                await asyncio.sleep(60)
+
+        task = asyncio.ensure_future(hold())
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    for name in ("sync", "pool", "boss", "async", "cancelled"):
+        assert not client.status(name)["held"], name

@@ -24,6 +24,22 @@ with client.lease("job", ttl=5, wait=1) as lease:
 async def main() -> None:
     async with client.lease("job", ttl=5) as lease:
         reason = await lease.lost
+    async for leader in client.election("svc").observe(timeout=1):
+        term: int = leader["term"] if leader else 0
+
+for leader in client.election("svc").observe(every=0.1, timeout=1):
+    pass
+changed, now = client.election("svc").observe().changed(0.5)
+
+def rollup(run: leasehold.ScheduledRun) -> int:
+    f: int = run.fence
+    return 0 if run.wait_stop(0.1) else 1
+
+with client.scheduler(holder="web-1") as sched:
+    started, stopped = sched.set_jobs([leasehold.Job("rollup", rollup, cron="0 * * * *", zone="UTC")])
+    record = sched.trigger("rollup")
+history = client.history("rollup", limit=5)
+client.pause("rollup"); client.resume("rollup", by="ops"); who = client.paused("rollup")
 """
 
 BAD = """
@@ -31,6 +47,7 @@ import leasehold
 client = leasehold.LeaseClient.connect("redis://127.0.0.1:6379")
 with client.lease("job", ttl="five") as lease:
     name: int = lease.name
+leasehold.Job("rollup", lambda run: "done", every="10m")
 """
 
 
@@ -54,3 +71,4 @@ def test_mypy_refuses_a_misuse(tmp_path: pathlib.Path) -> None:
     assert out.returncode != 0
     assert 'ttl' in out.stdout or '"str"' in out.stdout, out.stdout
     assert "name" in out.stdout or "int" in out.stdout
+    assert "every" in out.stdout and "Job" in out.stdout, out.stdout

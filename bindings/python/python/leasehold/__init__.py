@@ -25,18 +25,22 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import os
+import socket
 import threading
 import time
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Union, cast
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple, Union, cast
 
 from . import _leasehold
 from ._leasehold import (
     BadInput,
     Busy,
+    Job,
     LeaseholdError,
     Lost,
     Misconfigured,
+    ScheduledRun,
     StaleFence,
     Unauthorized,
     Unreachable,
@@ -50,6 +54,10 @@ __all__ = [
     "Leadership",
     "SlotRun",
     "SlotClaim",
+    "Observation",
+    "Scheduler",
+    "Job",
+    "ScheduledRun",
     "LeaseholdError",
     "Busy",
     "Lost",
@@ -254,7 +262,7 @@ class LeaseClient:
     ) -> "LeaseClient":
         """Connects to the store ``url`` names: every URL ``leasehold --store`` takes (``redis://``,
         ``rediss://``, ``redis-sentinel://``, ``redis-cluster://``, ``postgres://``, ``mysql://``,
-        ``mariadb://``; ``etcd://`` only in a build with the etcd feature). Raises
+        ``mariadb://``, ``etcd://``, ``etcds://``). Raises
         :class:`BadInput` for a malformed URL, :class:`Unreachable`, :class:`Unauthorized`,
         :class:`Misconfigured` (a replica, an evicting Redis)."""
         return cls(_leasehold.Client.connect(url, key_prefix, connect_timeout))
@@ -346,6 +354,37 @@ class LeaseClient:
             return SlotClaim(kind, SlotRun(cast(_leasehold.SlotRun, value)), None)
         return SlotClaim(kind, None, json.loads(value) if value else None)
 
+    def scheduler(self, *, holder: Optional[str] = None) -> "Scheduler":
+        """The scheduler of ``leasehold cron`` with Python functions as jobs: run one in every
+        replica with the same :class:`Job` list, and each slot runs on one replica, reckoned on the
+        store's clock, with the same policies and records as ``leasehold cron`` (its records name
+        ``holder``, default host:pid:random). It runs nothing until :meth:`Scheduler.set_jobs`."""
+        return Scheduler(self._native.scheduler(holder))
+
+    def history(self, job: str, *, limit: int = 20) -> List[Dict[str, Any]]:
+        """What ran in each slot of ``job`` (``leasehold history --json``), newest slot first:
+        ``slot``, ``outcome`` (running, done, failed, lost, missed, skipped), ``attempts``,
+        ``holder``, ``fence``, ``exit_code``, ``duration_ms``, ``reason``. Only what the store still
+        keeps (its retention)."""
+        return cast(List[Dict[str, Any]], json.loads(self._native.history_json(job, limit)))
+
+    def pause(self, job: str, *, by: Optional[str] = None) -> None:
+        """Pauses ``job`` on every replica (kept in the store): its slots are recorded skipped
+        until :meth:`resume`. ``by`` says who (default host:pid)."""
+        self._native.set_paused(job, True, by or _who())
+
+    def resume(self, job: str, *, by: Optional[str] = None) -> None:
+        """Resumes a paused ``job`` on every replica."""
+        self._native.set_paused(job, False, by or _who())
+
+    def paused(self, job: str) -> Optional[str]:
+        """Who paused ``job``, or ``None`` when it is not paused."""
+        return self._native.paused_by(job)
+
+
+def _who() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
 
 class Leadership:
     """A won election. ``term`` is a fence (pass it to the resource like a lease's); ``lost`` is a
@@ -413,19 +452,112 @@ class Election:
         """The current leader's record (``term``, ``value``, ``holder``, ...) or ``None``."""
         return cast(Optional[Dict[str, Any]], json.loads(self._client._native.leader_json(self.name)))
 
-    def observe(self, *, every: float = 0.25, timeout: Optional[float] = None) -> Iterator[Optional[Dict[str, Any]]]:
-        """Yields the leader's record each time it changes (first the current one), reading every
-        ``every`` seconds; stops after ``timeout`` seconds if given. A change shorter than
-        ``every`` may be missed."""
-        end = None if timeout is None else time.monotonic() + timeout
-        last: Any = object()
-        while end is None or time.monotonic() < end:
-            now = self.leader()
-            key = None if now is None else (now.get("term"), now.get("value"))
-            if key != last:
-                last = key
-                yield now
-            time.sleep(every)
+    def observe(self, *, every: float = 0.25, timeout: Optional[float] = None) -> "Observation":
+        """Follows the leader: an iterator (``for leader in ...``) and an async iterator (``async
+        for``) yielding the leader's record (or ``None``: nobody leads) first as it is, then at each
+        change of term or value. The Rust core's observer does the asking, every ``every``
+        seconds, with the GIL released; a change shorter than ``every`` may be missed. Ends after
+        ``timeout`` seconds if given; a store error is raised (the observation can be iterated
+        again)."""
+        return Observation(self._client._native.observe(self.name, every), timeout)
+
+
+class Observation:
+    """The changes of an election's leader, from :meth:`Election.observe`: iterate it, or ``async
+    for`` over it, or call :meth:`changed`."""
+
+    def __init__(self, native: _leasehold.Observer, timeout: Optional[float]) -> None:
+        self._native = native
+        self._end = None if timeout is None else time.monotonic() + timeout
+
+    def _left(self) -> Optional[float]:
+        return None if self._end is None else max(0.0, self._end - time.monotonic())
+
+    def changed(self, timeout: Optional[float] = None) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        """Waits up to ``timeout`` seconds (``None``: as long as it takes) for the next change:
+        ``(True, leader)``, or ``(False, None)`` when the time passed first."""
+        text = self._native.changed_json(timeout)
+        if text is None:
+            return False, None
+        return True, cast(Optional[Dict[str, Any]], json.loads(text))
+
+    def __iter__(self) -> Iterator[Optional[Dict[str, Any]]]:
+        return self
+
+    def __next__(self) -> Optional[Dict[str, Any]]:
+        left = self._left()
+        if left == 0.0:
+            raise StopIteration
+        changed, leader = self.changed(left)
+        if not changed:
+            raise StopIteration
+        return leader
+
+    def __aiter__(self) -> AsyncIterator[Optional[Dict[str, Any]]]:
+        return self
+
+    async def __anext__(self) -> Optional[Dict[str, Any]]:
+        left = self._left()
+        if left == 0.0:
+            raise StopAsyncIteration
+        text = await self._native.changed_json_async(left)
+        if text is None:
+            raise StopAsyncIteration
+        return cast(Optional[Dict[str, Any]], json.loads(text))
+
+
+class Scheduler:
+    """A running scheduler (:meth:`LeaseClient.scheduler`). Each :class:`Job`'s function is
+    called with a :class:`ScheduledRun` in a thread of its own, once per slot across every
+    replica; it returns ``None`` or ``0`` (done), another int (failed: retried up to
+    ``max_attempts``), or raises (failed, its traceback printed). It should return soon after
+    ``run.stopping`` turns true (``run.wait_stop(s)`` sleeps until then).
+
+    Promise: each slot runs on one replica at a time while runs finish within their lease (renewed
+    by the core); a failed or lost run is retried by whichever replica claims next. Does NOT
+    promise: once per slot when a run outlives its lease (pass ``run.fence`` to the resource) or
+    when the store forgets its records. Leaving the ``with`` block, or interpreter exit, drains it:
+    no new slot is taken and the runs going on get their grace."""
+
+    def __init__(self, native: _leasehold.Scheduler) -> None:
+        self._native = native
+        _live.add(self)
+
+    def set_jobs(self, jobs: Sequence[Job]) -> Tuple[List[str], List[str]]:
+        """Runs exactly ``jobs`` from now: a new or changed job starts, a missing one stops taking
+        slots (its run going on is left to end), an unchanged one goes on. Returns the names
+        started and stopped. Raises :class:`BadInput` for two jobs of one name."""
+        return self._native.set_jobs(list(jobs))
+
+    def trigger(self, name: str) -> Optional[Dict[str, Any]]:
+        """Runs job ``name`` once now, outside its schedule (recorded with reason ``trigger``),
+        and returns its record once it ended."""
+        return cast(Optional[Dict[str, Any]], json.loads(self._native.trigger_json(name)))
+
+    @property
+    def running(self) -> int:
+        """Runs going on in this process now."""
+        return self._native.running
+
+    @property
+    def clock_ms(self) -> int:
+        """The store's clock as this scheduler reckons it, in ms since the Unix epoch."""
+        return self._native.clock_ms
+
+    def drain(self) -> None:
+        """Stops taking slots, lets the runs going on end within their job's grace, then tells them
+        to stop (``run.stopping``) and waits a little more."""
+        _live.discard(self)
+        self._native.drain()
+
+    def _release_quietly(self) -> None:
+        self._native.drain()
+
+    def __enter__(self) -> "Scheduler":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.drain()
 
 
 class SlotRun:

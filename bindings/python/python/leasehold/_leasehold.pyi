@@ -1,6 +1,6 @@
 # Type stubs of the native module (src/lib.rs). The public API is leasehold/__init__.py, which
 # wraps these classes; import from `leasehold`, not from here.
-from typing import Any, Awaitable, Callable, Optional, Tuple
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple
 
 class LeaseholdError(Exception): ...
 class Busy(LeaseholdError): ...
@@ -23,6 +23,11 @@ class Client:
     def force_release(self, name: str) -> Tuple[bool, int]: ...
     def campaign(self, name: str, value: str, ttl: float, wait: float, holder: Optional[str] = None) -> Leadership: ...
     def leader_json(self, name: str) -> str: ...
+    def observe(self, name: str, every: float) -> Observer: ...
+    def scheduler(self, holder: Optional[str] = None) -> Scheduler: ...
+    def history_json(self, job: str, limit: int) -> str: ...
+    def set_paused(self, job: str, paused: bool, by: str) -> None: ...
+    def paused_by(self, job: str) -> Optional[str]: ...
     def claim_slot(self, job: str, every: float, ttl: float, max_attempts: int = 3, holder: Optional[str] = None, offset: float = 0.0) -> Tuple[str, Any]: ...
 
 class Lease:
@@ -69,3 +74,69 @@ class SlotRun:
     @property
     def is_lost(self) -> bool: ...
     def finish_json(self, exit_code: Optional[int], lost: bool = False) -> str: ...
+
+class Observer:
+    def changed_json(self, timeout: Optional[float] = None) -> Optional[str]: ...
+    def changed_json_async(self, timeout: Optional[float] = None) -> Awaitable[Optional[str]]: ...
+
+class ScheduledRun:
+    """One attempt at a slot, handed to a job's function."""
+    @property
+    def job(self) -> str: ...
+    @property
+    def slot_unix_ms(self) -> int:
+        """The slot's instant, in ms since the Unix epoch (by the store's clock)."""
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, from 1."""
+    @property
+    def triggered(self) -> bool:
+        """An extra run asked for by ``Scheduler.trigger``."""
+    @property
+    def fence(self) -> int:
+        """The slot's lease fence: present it to fenced writes."""
+    @property
+    def stopping(self) -> bool:
+        """The run must stop now: drained past its grace, replaced, or its lease lost."""
+    @property
+    def lost_reason(self) -> Optional[str]: ...
+    def wait_stop(self, timeout: float) -> bool:
+        """Sleeps up to ``timeout`` seconds (GIL released) until told to stop; whether it was."""
+
+class Job:
+    """A scheduled job: a name, its slots (``cron`` in ``zone``, or ``every`` seconds moved by
+    ``offset``), its policies (the keys of a ``leasehold cron`` file) and the function run at each
+    slot. Raises ``BadInput`` naming the field for a bad one."""
+    def __init__(
+        self,
+        name: str,
+        func: Callable[[ScheduledRun], Optional[int]],
+        *,
+        cron: Optional[str] = None,
+        zone: str = "UTC",
+        every: Optional[float] = None,
+        offset: float = 0.0,
+        ttl: float = 30.0,
+        grace: Optional[float] = None,
+        starting_deadline: Optional[float] = None,
+        catch_up: str = "skip",
+        catch_up_limit: int = 100,
+        overlap: str = "forbid",
+        max_attempts: int = 3,
+        backoff: float = 1.0,
+        jitter: float = 0.0,
+    ) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def describe(self) -> str: ...
+    def next_instants(self, after_unix_ms: int, count: int) -> List[int]: ...
+
+class Scheduler:
+    def set_jobs(self, jobs: Sequence[Job]) -> Tuple[List[str], List[str]]: ...
+    def trigger_json(self, name: str) -> str: ...
+    def drain(self) -> None: ...
+    @property
+    def running(self) -> int: ...
+    @property
+    def clock_ms(self) -> int: ...

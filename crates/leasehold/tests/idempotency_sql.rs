@@ -345,7 +345,8 @@ async fn keys_expire_after_retention_and_purge_deletes_them() {
         )
         .await;
         exec(&db, "INSERT INTO effects VALUES ('k', 0)").await;
-        let short = IdempotencyStore::new(db.clone()).retention(Duration::from_millis(100));
+        // A retention long enough that two runs on a loaded machine stay inside it.
+        let short = IdempotencyStore::new(db.clone()).retention(Duration::from_millis(1000));
         short
             .run("c", "k", b"req", order_work("k".into()))
             .await
@@ -359,7 +360,7 @@ async fn keys_expire_after_retention_and_purge_deletes_them() {
             0,
             "nothing is older than the retention yet"
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         // Expired: the key may be used again, even with another request.
         let resp = short
             .run("c", "k", b"other", order_work("k".into()))

@@ -125,14 +125,22 @@ pub struct State {
 /// What can happen next.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// Client `.0` acquires with a new token; `.1`: it waits.
+    /// Client `.0` acquires with a new token; `.1`: it waits, joining the queue at once (the
+    /// library does so on a name this client found busy last time: the contention hint).
     Acquire(usize, bool),
+    /// Client `.0` acquires with a new token and waits, trying first (the library's waiting acquire
+    /// on a name not known busy): the fast part's try, and when that finds the name busy, the first
+    /// queue step as the waiter's next [`Action::Step`].
+    TryFirst(usize),
     /// A waiter's next step (the acquire again, which refreshes its place).
     Step(usize),
     /// A waiter's `BLPOP` returns the grant on its wake list.
     TakeGrant(usize),
-    /// The holder's watchdog renews.
+    /// The holder's watchdog renews (renew.lua: a client with this one lease due).
     Renew(usize),
+    /// The holder's watchdog renews in a batch (renew_many.lua: a client with several leases due;
+    /// the batch's other locks are of other names, whose keys this one never touches).
+    RenewBatched(usize),
     /// The holder releases.
     Release(usize),
     /// A waiter gives up (cancelled or timed out).
@@ -201,7 +209,8 @@ impl LeaseModel {
         format!("c{c}a{attempt}")
     }
 
-    /// The tokens the server would renew now (its view of who holds).
+    /// The tokens the server would renew now (its view of who holds): by renew.lua, or by
+    /// renew_many.lua for a lock (each run on a copy).
     pub fn server_holders(&self, s: &State) -> Vec<String> {
         let mut out = Vec::new();
         for c in &s.clients {
@@ -212,7 +221,17 @@ impl LeaseModel {
                     clock: false,
                     permits: self.bounds.permits,
                 };
-                if self.run(&mut ks, &call) != Reply::Int(0) {
+                let mut renews = self.run(&mut ks, &call) != Reply::Int(0);
+                if !renews && self.bounds.permits == 1 {
+                    let mut ks = s.server.clone();
+                    let batch = Call::RenewMany {
+                        batch: vec![(self.names.lock(), token.clone())],
+                        clock: false,
+                    };
+                    let reply = self.run(&mut ks, &batch);
+                    renews = meaning(&batch, &reply) == Meaning::Other(Reply::Int(1));
+                }
+                if renews {
                     out.push(token.clone());
                 }
             }
@@ -367,14 +386,14 @@ impl LeaseModel {
                 }
                 _ => s.clients[c].phase = Phase::Idle,
             },
-            Call::Renew { .. } => {
+            Call::Renew { .. } | Call::RenewMany { .. } => {
                 if let Phase::Holding {
                     deadline_ms,
                     renewed,
                     ..
                 } = &mut s.clients[c].phase
                 {
-                    if reply == Reply::Int(0) {
+                    if meaning(call, &reply) != Meaning::Other(Reply::Int(1)) {
                         s.clients[c].phase = Phase::Idle;
                     } else {
                         *deadline_ms = now_ms + self.timings.ttl_ms;
@@ -423,6 +442,11 @@ fn meaning(call: &Call, r: &Reply) -> Meaning {
         {
             Meaning::Other(Reply::Int(1))
         }
+        // A batch of one lock: its flag.
+        (Call::RenewMany { .. }, Reply::Array(v)) => match v.first() {
+            Some(Reply::Bulk(flags)) if flags == "1" => Meaning::Other(Reply::Int(1)),
+            _ => Meaning::Other(Reply::Int(0)),
+        },
         // An abandon's reply says whether this run released something: a retry's says no.
         (Call::Abandon { .. }, _) => Meaning::Busy,
         _ => Meaning::Other(r.clone()),
@@ -486,6 +510,7 @@ impl Model for LeaseModel {
                 Phase::Idle if c.attempts < b.attempts => {
                     actions.push(Action::Acquire(i, true));
                     actions.push(Action::Acquire(i, false));
+                    actions.push(Action::TryFirst(i));
                 }
                 Phase::Waiting { token, .. } => {
                     if s.server.exists(&self.names.key(&format!("wake:{token}"))) {
@@ -504,6 +529,9 @@ impl Model for LeaseModel {
                 } => {
                     if *renewed < b.renewals && *deadline_ms > s.server.now_ms() {
                         actions.push(Action::Renew(i));
+                        if b.permits == 1 {
+                            actions.push(Action::RenewBatched(i));
+                        }
                     }
                     actions.push(Action::Release(i));
                     if b.permits == 1 && !*noted {
@@ -566,6 +594,30 @@ impl Model for LeaseModel {
                 let l = std::mem::take(&mut s.clients[i].lose_next);
                 self.send(&mut s, i, call, l);
             }
+            Action::TryFirst(i) => {
+                let token = Self::token(i, s.clients[i].attempts);
+                s.clients[i].attempts += 1;
+                let call = Call::Acquire {
+                    token: token.clone(),
+                    wait: false,
+                    est: None,
+                    permits,
+                };
+                // The try's reply is not lost here (a lost reply is modelled on the calls that
+                // follow): a lost try is retried as any call is.
+                let reply = self.script(&mut s, &call);
+                if meaning(&call, &reply) == Meaning::Busy {
+                    // The try left nothing for this token (neither queued nor handed a grant):
+                    // its first queue step comes next, before the clock moves.
+                    s.clients[i].phase = Phase::Waiting {
+                        token,
+                        joined: s.tick,
+                    };
+                    s.clients[i].stepped = false;
+                } else {
+                    self.on_reply(&mut s, i, &call, reply);
+                }
+            }
             Action::Step(i) => {
                 if let Phase::Waiting { token, .. } = &s.clients[i].phase {
                     let call = Call::Acquire {
@@ -595,6 +647,16 @@ impl Model for LeaseModel {
                         token: token.clone(),
                         clock: true,
                         permits,
+                    };
+                    let l = std::mem::take(&mut s.clients[i].lose_next);
+                    self.send(&mut s, i, call, l);
+                }
+            }
+            Action::RenewBatched(i) => {
+                if let Phase::Holding { token, .. } = &s.clients[i].phase {
+                    let call = Call::RenewMany {
+                        batch: vec![(self.names.lock(), token.clone())],
+                        clock: true,
                     };
                     let l = std::mem::take(&mut s.clients[i].lose_next);
                     self.send(&mut s, i, call, l);

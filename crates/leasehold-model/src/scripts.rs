@@ -38,6 +38,8 @@ pub enum Mutation {
     None,
     /// renew.lua resets the TTL without comparing the token.
     RenewWithoutTokenCheck,
+    /// renew_many.lua resets each lock's TTL without comparing the token.
+    RenewManyWithoutTokenCheck,
     /// acquire's fast part takes a free lock although the record says waiters are queued.
     FastPartSkipsQueue,
     /// The fence without the clock's floor (`stored + 1` only): what a bare `INCR` does.
@@ -455,6 +457,15 @@ pub enum Call {
         /// 1: a lock.
         permits: i64,
     },
+    /// renew_many.lua: renew.lua's compare-and-pexpire for each lock of a batch, in one call (the
+    /// watchdog's renewal of several leases of one client). Its locks may be of any names, not only
+    /// the one [`run`] is given: the batch names its lock keys.
+    RenewMany {
+        /// Each lock key with the token it should hold (the TTL is [`Timings::ttl_ms`]).
+        batch: Vec<(String, String)>,
+        /// Ask for the server's clock.
+        clock: bool,
+    },
     /// abandon.lua.
     Abandon {
         /// The attempt's token.
@@ -488,10 +499,19 @@ impl Call {
             Call::Release { .. } => "release",
             Call::Renew { permits, .. } if *permits > 1 => "sem_renew",
             Call::Renew { .. } => "renew",
+            Call::RenewMany { .. } => "renew_many",
             Call::Abandon { .. } => "abandon",
             Call::ForceRelease { .. } => "force_release",
             Call::Note { .. } => "note",
             Call::ReadNote => "read_note",
+        }
+    }
+
+    /// The keys (`KEYS`), as the client sends them: the name's lock key, or a batch's lock keys.
+    pub fn keys(&self, n: &Names) -> Vec<String> {
+        match self {
+            Call::RenewMany { batch, .. } => batch.iter().map(|(key, _)| key.clone()).collect(),
+            _ => vec![n.lock()],
         }
     }
 
@@ -555,6 +575,14 @@ impl Call {
                 let mut v = vec![token.clone(), t.ttl_ms.to_string()];
                 if *permits == 1 {
                     v.push(if *clock { "1" } else { "0" }.to_owned());
+                }
+                v
+            }
+            Call::RenewMany { batch, clock } => {
+                let mut v = vec![if *clock { "1" } else { "0" }.to_owned()];
+                for (_, token) in batch {
+                    v.push(token.clone());
+                    v.push(t.ttl_ms.to_string());
                 }
                 v
             }
@@ -632,6 +660,7 @@ pub fn run(ks: &mut Keyspace, n: &Names, t: &Timings, call: &Call, m: Mutation) 
                 r.renew(token, *clock, &t)
             }
         }
+        Call::RenewMany { batch, clock } => r.renew_many(batch, *clock, &t),
         Call::Abandon { token } => r.abandon(token, &t),
         Call::ForceRelease { op, target } => r.force_release(op, target.as_deref(), &t),
         Call::Note { token, note } => {
@@ -714,6 +743,12 @@ impl Run<'_> {
             }
         }
         if let Some(h) = &held {
+            // A try behind a holder that already has others queued (a waiting acquire's first
+            // step, mostly): busy with the holder's TTL, nothing written.
+            if block == 0 && h.ends_with(":q") && *h != format!("{token}:q") {
+                let hi_n: i64 = hi_text.parse().unwrap_or(0);
+                return ints(&[0, self.ks.pttl(&lock), hi_n, i64::from(self.exact)]);
+            }
             if block > 0 && h.ends_with(":q") && *h != format!("{token}:q") {
                 let hi_n: i64 = hi_text.parse().unwrap_or(0);
                 let q = self.k("queue");
@@ -1023,6 +1058,37 @@ impl Run<'_> {
         }
         let us = self.now_us();
         ints(&[1, us.div_euclid(1_000_000), us.rem_euclid(1_000_000)])
+    }
+
+    /// renew_many.lua: one flag a lock (`1` ours and its TTL reset, `0` not ours, `x` a key of
+    /// another type, left alone), then the server's clock if asked.
+    fn renew_many(&mut self, batch: &[(String, String)], clock: bool, t: &Timings) -> Reply {
+        let mut flags = String::with_capacity(batch.len());
+        for (key, token) in batch {
+            let held = self.ks.get(key);
+            if held.is_none() && self.ks.exists(key) {
+                flags.push('x');
+                continue;
+            }
+            let ours =
+                held.as_deref() == Some(token.as_str()) || held == Some(format!("{token}:q"));
+            let unchecked = self.m == Mutation::RenewManyWithoutTokenCheck && held.is_some();
+            if ours || unchecked {
+                self.ks.pexpire(key, t.ttl_ms);
+                flags.push('1');
+            } else {
+                flags.push('0');
+            }
+        }
+        if !clock {
+            return Reply::Array(vec![Reply::Bulk(flags)]);
+        }
+        let us = self.now_us();
+        Reply::Array(vec![
+            Reply::Bulk(flags),
+            Reply::Int(us.div_euclid(1_000_000)),
+            Reply::Int(us.rem_euclid(1_000_000)),
+        ])
     }
 
     /// abandon.lua.

@@ -1,8 +1,9 @@
 //! The model and the code cannot drift: random sequences of calls, drawn as the model's clients make
 //! them (acquire with and without waiting, with and without a clock estimate, the waiter's step,
-//! taking a grant off the wake list, renew, release, abandon, forced release, notes, the
-//! semaphore's three scripts, a call sent twice, the clock moving, the keys lost, a replica's older
-//! keys promoted), are applied both to `leasehold_model::scripts` and to the library's own scripts
+//! taking a grant off the wake list, renew, a batched renewal of several locks, release, abandon,
+//! forced release, notes, the semaphore's three scripts, a call sent twice, the clock moving, the
+//! keys lost, a replica's older keys promoted), on two names at once (a batch renews locks of
+//! both), are applied both to `leasehold_model::scripts` and to the library's own scripts
 //! (`script_sources()`: the very text the library loads) on a real redis-server whose clock stands
 //! still between steps (libfaketime). After every step the reply and every key (type, value, TTL)
 //! must be equal.
@@ -164,9 +165,10 @@ fn same_reply(a: &Reply, b: &Reply) -> bool {
 /// What a step does, beside a script call.
 #[derive(Debug, Clone)]
 enum Step {
-    Script(Call),
-    /// The client's `BLPOP` that finds a grant (or not) on its wake list.
-    TakeGrant(String),
+    /// A script call on the name of this index (a batched renewal names its own locks).
+    Script(usize, Call),
+    /// The client's `BLPOP` that finds a grant (or not) on its wake list, on the name of this index.
+    TakeGrant(usize, String),
     /// The clock moves forward by this many µs.
     Advance(i64),
     /// The server restarts without persistence: every key is lost.
@@ -176,6 +178,8 @@ enum Step {
 }
 
 struct Draw {
+    /// The sequence's two names: most calls on the first, some on the second.
+    names: [Names; 2],
     tokens: Vec<String>,
     next: usize,
     ops: usize,
@@ -207,49 +211,84 @@ impl Draw {
     }
 
     fn step(&mut self, rng: &mut StdRng, now: i64, last: Option<&Step>) -> Step {
+        let name = usize::from(rng.random_bool(0.2));
         let permits = if rng.random_bool(0.95) {
             self.permits
         } else {
             3 - self.permits
         };
         match rng.random_range(0..100) {
-            0..=27 => Step::Script(Call::Acquire {
-                token: self.token(rng),
-                wait: rng.random_bool(0.7),
-                est: self.est(rng, now),
-                permits,
-            }),
-            28..=37 => Step::TakeGrant(self.token(rng)),
-            38..=51 => Step::Script(Call::Release {
-                token: self.token(rng),
-                est: self.est(rng, now),
-                permits,
-            }),
-            52..=58 => Step::Script(Call::Renew {
-                token: self.token(rng),
-                clock: rng.random_bool(0.5),
-                permits,
-            }),
-            59..=64 => Step::Script(Call::Abandon {
-                token: self.token(rng),
-            }),
+            0..=27 => Step::Script(
+                name,
+                Call::Acquire {
+                    token: self.token(rng),
+                    wait: rng.random_bool(0.7),
+                    est: self.est(rng, now),
+                    permits,
+                },
+            ),
+            28..=37 => Step::TakeGrant(name, self.token(rng)),
+            38..=51 => Step::Script(
+                name,
+                Call::Release {
+                    token: self.token(rng),
+                    est: self.est(rng, now),
+                    permits,
+                },
+            ),
+            52..=55 => Step::Script(
+                name,
+                Call::Renew {
+                    token: self.token(rng),
+                    clock: rng.random_bool(0.5),
+                    permits,
+                },
+            ),
+            // The watchdog's batch: one to three locks, of either name (a lock twice too).
+            56..=58 => {
+                let batch = (0..rng.random_range(1..4))
+                    .map(|_| {
+                        let n = &self.names[usize::from(rng.random_bool(0.5))];
+                        (n.lock(), self.token(rng))
+                    })
+                    .collect();
+                Step::Script(
+                    name,
+                    Call::RenewMany {
+                        batch,
+                        clock: rng.random_bool(0.5),
+                    },
+                )
+            }
+            59..=64 => Step::Script(
+                name,
+                Call::Abandon {
+                    token: self.token(rng),
+                },
+            ),
             65..=67 => {
                 if rng.random_bool(0.7) {
                     self.ops += 1;
                 }
-                Step::Script(Call::ForceRelease {
-                    op: format!("op{}", self.ops),
-                    target: rng.random_bool(0.5).then(|| self.token(rng)),
-                })
+                Step::Script(
+                    name,
+                    Call::ForceRelease {
+                        op: format!("op{}", self.ops),
+                        target: rng.random_bool(0.5).then(|| self.token(rng)),
+                    },
+                )
             }
-            68..=70 => Step::Script(Call::Note {
-                token: self.token(rng),
-                note: format!("n{}", rng.random_range(0..9)),
-            }),
-            71 => Step::Script(Call::ReadNote),
+            68..=70 => Step::Script(
+                name,
+                Call::Note {
+                    token: self.token(rng),
+                    note: format!("n{}", rng.random_range(0..9)),
+                },
+            ),
+            71 => Step::Script(name, Call::ReadNote),
             72..=79 => match last {
                 // Sent twice: a retry after a reconnect.
-                Some(Step::Script(c)) => Step::Script(c.clone()),
+                Some(Step::Script(n, c)) => Step::Script(*n, c.clone()),
                 _ => Step::Advance(1000),
             },
             80..=96 => Step::Advance(
@@ -337,15 +376,21 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
     // How often the paths that matter ran: a release or an abandon that handed the lock on, a grant
     // popped off a wake list, a retry of the same call.
     let (mut hand_overs, mut grants_popped, mut retries) = (0u64, 0u64, 0u64);
+    // Batched renewals that renewed a lock, and those that renewed one and refused another.
+    let (mut batches_renewing, mut batches_mixed) = (0u64, 0u64);
     for seed in first_seed..first_seed + sequences {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut now = T0 + rng.random_range(0..1000) * 1000;
         server.set_frozen_clock(now as u64).expect("clock set");
         redis::cmd("FLUSHALL").exec(&mut con).expect("FLUSHALL");
-        let names = Names::new("m", &format!("n{}", seed % 7));
+        let names = [
+            Names::new("m", &format!("n{}", seed % 7)),
+            Names::new("m", &format!("o{}", seed % 5)),
+        ];
         let mut ks = Keyspace::new(now);
         let mut history: Vec<Keyspace> = vec![ks.clone()];
         let mut draw = Draw {
+            names: names.clone(),
             tokens: Vec::new(),
             next: 0,
             ops: 0,
@@ -354,24 +399,32 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
         let mut done: Vec<Step> = Vec::new();
         for _ in 0..steps {
             let step = draw.step(&mut rng, now, done.last());
-            if matches!((&step, done.last()), (Step::Script(a), Some(Step::Script(b))) if a == b) {
+            if matches!((&step, done.last()), (Step::Script(i, a), Some(Step::Script(j, b))) if i == j && a == b)
+            {
                 retries += 1;
             }
-            let holder_before = ks.get(&names.lock());
+            let on = match &step {
+                Step::Script(i, _) | Step::TakeGrant(i, _) => &names[*i],
+                _ => &names[0],
+            };
+            let holder_before = ks.get(&on.lock());
             let (predicted, real) = match &step {
-                Step::Script(call) => {
+                Step::Script(_, call) => {
                     *calls_by_script.entry(call.script()).or_default() += 1;
-                    let predicted = scripts::run(&mut ks, &names, &t, call, Mutation::None);
+                    let predicted = scripts::run(&mut ks, on, &t, call, Mutation::None);
                     let script = &sources[call.script()];
-                    let mut inv = script.key(names.lock());
+                    let mut inv = script.prepare_invoke();
+                    for k in call.keys(on) {
+                        inv.key(k);
+                    }
                     for a in call.argv(&t) {
                         inv.arg(a);
                     }
                     let real = to_reply(inv.invoke::<Value>(&mut con));
                     (predicted, real)
                 }
-                Step::TakeGrant(token) => {
-                    let key = names.key(&format!("wake:{token}"));
+                Step::TakeGrant(_, token) => {
+                    let key = on.key(&format!("wake:{token}"));
                     let predicted = ks.lpop(&key).map_or(Reply::Nil, Reply::Bulk);
                     let real = to_reply(redis::cmd("LPOP").arg(&key).query::<Value>(&mut con));
                     (predicted, real)
@@ -400,15 +453,22 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
                     (Reply::Nil, Reply::Nil)
                 }
             };
-            if let Step::Script(Call::Release { token, .. } | Call::Abandon { token }) = &step {
-                let after = ks.get(&names.lock());
+            if let Step::Script(_, Call::Release { token, .. } | Call::Abandon { token }) = &step {
+                let after = ks.get(&on.lock());
                 if holder_before.as_deref().and_then(|h| h.strip_suffix(":q")) == Some(token)
                     && after.is_some_and(|a| !a.starts_with(&format!("{token}:")))
                 {
                     hand_overs += 1;
                 }
             }
-            if matches!(step, Step::TakeGrant(_)) && predicted != Reply::Nil {
+            if let (Step::Script(_, Call::RenewMany { .. }), Reply::Array(r)) = (&step, &predicted)
+            {
+                if let Some(Reply::Bulk(flags)) = r.first() {
+                    batches_renewing += u64::from(flags.contains('1'));
+                    batches_mixed += u64::from(flags.contains('1') && flags.contains('0'));
+                }
+            }
+            if matches!(step, Step::TakeGrant(..)) && predicted != Reply::Nil {
                 grants_popped += 1;
             }
             done.push(step);
@@ -446,15 +506,18 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
     eprintln!(
         "{sequences} sequences of {steps} steps in {:.1?}; calls per script {calls_by_script:?}; \
          replies {replies_seen:?}; hand-overs {hand_overs}, grants popped {grants_popped}, \
-         retries {retries}",
+         retries {retries}, batched renewals that renewed {batches_renewing} (and refused another \
+         lock {batches_mixed})",
         started.elapsed()
     );
     assert!(hand_overs > 0 && grants_popped > 0 && retries > 0);
+    assert!(batches_renewing > 0 && batches_mixed > 0);
     // Every script was exercised, and the runs reached the interesting replies.
     for s in [
         "acquire",
         "release",
         "renew",
+        "renew_many",
         "abandon",
         "force_release",
         "note",

@@ -118,6 +118,15 @@ fn a_renewal_without_the_token_check_gives_two_holders() {
 }
 
 #[test]
+fn a_batched_renewal_without_the_token_check_gives_two_holders() {
+    counterexample(
+        Mutation::RenewManyWithoutTokenCheck,
+        small(|b| b.force = true),
+        SERVER_VIEW,
+    );
+}
+
+#[test]
 fn a_fence_without_the_clock_goes_backwards_after_a_restart() {
     counterexample(
         Mutation::FenceWithoutClock,

@@ -124,13 +124,14 @@ static ALL: [&LazyLock<Script>; 12] = [
 /// model's tests, which run exactly these on a real server and compare their replies and keys with the
 /// model's (so the model and the scripts cannot drift apart). Not an API: hidden, and may change.
 #[doc(hidden)]
-pub fn sources() -> [(&'static str, &'static str); 11] {
+pub fn sources() -> [(&'static str, &'static str); 12] {
     [
         ("acquire", ACQUIRE_LUA),
         ("release", RELEASE_LUA),
         ("abandon", ABANDON_LUA),
         ("force_release", FORCE_RELEASE_LUA),
         ("renew", RENEW_LUA),
+        ("renew_many", RENEW_MANY_LUA),
         ("sem_acquire", SEM_ACQUIRE_LUA),
         ("sem_release", SEM_RELEASE_LUA),
         ("sem_renew", SEM_RENEW_LUA),

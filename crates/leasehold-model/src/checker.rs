@@ -9,9 +9,10 @@
 //! checker explores them all, breadth first), or the checker returns the path to one that breaks
 //! them. Limit: fairness is built in, not assumed: the clock moves only after every running waiter
 //! stepped and every running holder renewed or released in time (what the library's watchdog and
-//! its 500 ms steps do in real time); real durations, the client's clock estimate (the model's
-//! clients send none, so each script reads the server's clock) and the stale-grant decision on the
-//! client are not modelled (docs/verification.md).
+//! its 500 ms steps do in real time); real durations and the client's clock estimate (the model's
+//! clients send none, so each script reads the server's clock) are not modelled; of the client's
+//! own decisions the model makes the stale-grant rule ([`grant_is_stale`]), the try before a wait
+//! and the batched renewal (docs/verification.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -62,6 +63,10 @@ pub enum Phase {
         token: String,
         /// The tick its place was made (or made again).
         joined: u8,
+        /// Queue steps sent for this token so far (a grant popped by the first is never stale).
+        steps: u8,
+        /// The server's µs in the last step's busy reply (0 before the first).
+        queued_us: i64,
     },
     /// Holding the lease (as the client believes).
     Holding {
@@ -374,13 +379,22 @@ impl LeaseModel {
                     self.grant(s, c, token, fence, now_ms + ttl);
                 }
                 Meaning::Busy if *wait => {
-                    let joined = match &s.clients[c].phase {
-                        Phase::Waiting { joined, .. } => *joined,
-                        _ => s.tick,
+                    let (joined, steps) = match &s.clients[c].phase {
+                        Phase::Waiting { joined, steps, .. } => (*joined, *steps),
+                        _ => (s.tick, 0),
+                    };
+                    let queued_us = match &reply {
+                        Reply::Array(v) => match v.get(2) {
+                            Some(Reply::Int(us)) => *us,
+                            _ => 0,
+                        },
+                        _ => 0,
                     };
                     s.clients[c].phase = Phase::Waiting {
                         token: token.clone(),
                         joined,
+                        steps: steps.saturating_add(1),
+                        queued_us,
                     };
                     s.clients[c].stepped = true;
                 }
@@ -418,6 +432,19 @@ impl LeaseModel {
     fn active(c: &Client) -> bool {
         !c.paused && c.phase != Phase::Crashed
     }
+}
+
+/// The property that a grant the server still holds for its waiter is taken.
+const GRANT_KEPT: &str =
+    "a grant the server still holds for its waiter is taken, never thrown away";
+
+/// The client's stale-grant rule (the Redis store's `grant_is_stale`, which the model-based test
+/// compares with this on every grant it pops): a grant popped by queue step `step` (0: the first
+/// for its token) whose hand-over ran at server µs `at_us`, before that step's script ran at
+/// `queued_us`, was made for an earlier step, for a lock deleted since (else that step's script
+/// would have found the lock its own and answered taken).
+pub fn grant_is_stale(step: u32, at_us: i64, queued_us: i64) -> bool {
+    step > 0 && at_us < queued_us
 }
 
 /// A reply as the client reads it.
@@ -612,6 +639,8 @@ impl Model for LeaseModel {
                     s.clients[i].phase = Phase::Waiting {
                         token,
                         joined: s.tick,
+                        steps: 0,
+                        queued_us: 0,
                     };
                     s.clients[i].stepped = false;
                 } else {
@@ -631,12 +660,34 @@ impl Model for LeaseModel {
                 }
             }
             Action::TakeGrant(i) => {
-                if let Phase::Waiting { token, .. } = s.clients[i].phase.clone() {
+                if let Phase::Waiting {
+                    token,
+                    steps,
+                    queued_us,
+                    ..
+                } = s.clients[i].phase.clone()
+                {
                     let key = self.names.key(&format!("wake:{token}"));
                     if let Some(g) = s.server.lpop(&key) {
                         let f: Vec<i64> = g.split(',').filter_map(|x| x.parse().ok()).collect();
                         if let [fence, lo, ttl] = f[..] {
-                            self.grant(&mut s, i, &token, fence, lo.div_euclid(1000) + ttl);
+                            let step = u32::from(steps.saturating_sub(1));
+                            let queued = if self.mutation == Mutation::StaleCheckAfterTheBlock {
+                                queued_us + self.timings.block_ms * 1000
+                            } else {
+                                queued_us
+                            };
+                            if grant_is_stale(step, lo, queued) {
+                                // Made for an earlier step, for a lock deleted since: not a
+                                // lease; the waiter goes on stepping. The server must not still
+                                // hold the lock for this token.
+                                let held = s.server.get(&self.names.lock());
+                                if held == Some(format!("{token}:q")) && s.broken.is_none() {
+                                    s.broken = Some(GRANT_KEPT);
+                                }
+                            } else {
+                                self.grant(&mut s, i, &token, fence, lo.div_euclid(1000) + ttl);
+                            }
                         }
                     }
                 }
@@ -832,6 +883,9 @@ impl Model for LeaseModel {
                     s.broken != Some("a script run twice has the effect of running once")
                 },
             ),
+            Property::always(GRANT_KEPT, |_: &LeaseModel, s: &State| {
+                s.broken != Some(GRANT_KEPT)
+            }),
             Property::always(
                 "only the holder writes the note",
                 |_: &LeaseModel, s: &State| s.broken != Some("only the holder writes the note"),

@@ -54,6 +54,10 @@ pub enum Mutation {
     /// A retried release (the lock already handed on) no longer finds its token in the record or
     /// the released marker, and says "not yours".
     ReleaseForgetsRetry,
+    /// The client's stale-grant check compares the grant's time with the end of the step's block
+    /// (when the `BLPOP` returned) instead of the time the step's script ran: a grant handed over
+    /// during the block is taken for stale and thrown away.
+    StaleCheckAfterTheBlock,
 }
 
 /// The timings a client sends (ms), as `scripts::Tuning` and `LeaseOptions` make them.

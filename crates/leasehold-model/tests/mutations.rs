@@ -106,6 +106,8 @@ const FENCE: &str = "the fence never goes backwards";
 const FIFO: &str = "FIFO: a free lock goes to the first live waiter";
 const EXPIRY: &str = "no key without an expiry";
 const TWICE: &str = "a script run twice has the effect of running once";
+const GRANT_KEPT: &str =
+    "a grant the server still holds for its waiter is taken, never thrown away";
 const WAIT: &str = "a waiter that keeps stepping is granted within the bound (no data lost)";
 
 #[test]
@@ -123,6 +125,15 @@ fn a_batched_renewal_without_the_token_check_gives_two_holders() {
         Mutation::RenewManyWithoutTokenCheck,
         small(|b| b.force = true),
         SERVER_VIEW,
+    );
+}
+
+#[test]
+fn a_stale_grant_check_on_the_blocks_end_throws_a_fresh_grant_away() {
+    counterexample(
+        Mutation::StaleCheckAfterTheBlock,
+        small(|b| b.renewals = 0),
+        GRANT_KEPT,
     );
 }
 

@@ -26,7 +26,7 @@ use crate::{block, runtime, seconds, to_json, to_py, BadInput};
 /// seconds from the Unix epoch, shifted by `offset`), its policies (as the keys of a `leasehold
 /// cron` file; durations in seconds) and `func`, called with a `ScheduledRun` for each slot this
 /// replica runs: it returns None or 0 (done), another int (failed, retried up to `max_attempts`),
-/// or raises (failed). Raises `BadInput` naming the field for a bad value; nothing runs until a
+/// or raises (failed). An `async def` function runs on an event loop of its own in the run's thread. Raises `BadInput` naming the field for a bad value; nothing runs until a
 /// scheduler's `set_jobs`.
 #[pyclass(frozen, name = "Job", module = "leasehold._leasehold")]
 pub(crate) struct PyJob {
@@ -263,10 +263,14 @@ struct PyRunner {
 }
 
 /// The exit code of a job function's result: `None` or an int (0 is done); an exception or another
-/// value is a failure (1), its traceback printed to stderr.
+/// value is a failure (1), its traceback printed to stderr. An `async def` function's coroutine is
+/// run to its end on an event loop of its own in the job's thread (`asyncio.run`), and its result
+/// read the same way.
 fn call_job(func: &Py<PyAny>, run: ScheduledRun) -> Option<i32> {
     Python::attach(|py| {
-        let outcome = Py::new(py, run).and_then(|r| func.call1(py, (r,)));
+        let outcome = Py::new(py, run)
+            .and_then(|r| func.call1(py, (r,)))
+            .and_then(|v| run_if_coroutine(py, v));
         match outcome {
             Ok(v) if v.is_none(py) => Some(0),
             Ok(v) => match v.extract::<i32>(py) {
@@ -282,6 +286,22 @@ fn call_job(func: &Py<PyAny>, run: ScheduledRun) -> Option<i32> {
             }
         }
     })
+}
+
+/// `v` itself, or, when it is a coroutine (the function was `async def`), what it returns once run
+/// on a new event loop in this thread (the job's own: no loop runs here).
+fn run_if_coroutine(py: Python<'_>, v: Py<PyAny>) -> PyResult<Py<PyAny>> {
+    let is_coroutine = py
+        .import("inspect")?
+        .call_method1("iscoroutine", (v.bind(py),))?
+        .is_truthy()?;
+    if !is_coroutine {
+        return Ok(v);
+    }
+    Ok(py
+        .import("asyncio")?
+        .call_method1("run", (v.bind(py),))?
+        .unbind())
 }
 
 #[async_trait::async_trait]

@@ -4,6 +4,7 @@ that overstays, interpreter exit leaves no slot's lease held, and bad jobs are r
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import List, Optional, Tuple
@@ -68,6 +69,33 @@ def test_a_failed_run_is_retried_and_an_exception_is_a_failure(client: leasehold
     assert [a for s, a in attempts if s == slot] == [1, 2, 3]
     record = next(r for r in client.history("flaky") if r["slot"]["start_unix_ms"] == slot)
     assert record["outcome"] == "done" and record["attempts"] == 3 and record["exit_code"] == 0
+
+
+def test_an_async_job_function_runs_to_its_end_and_its_result_counts(client: leasehold.LeaseClient) -> None:
+    """An ``async def`` job: its coroutine runs on a loop of its own (awaiting inside it works), its
+    int result is the exit code (retried as a failure), an exception raised after an await is a
+    failure too, and the last attempt's None is done."""
+    attempts: List[Tuple[int, int, bool]] = []
+
+    async def flaky(run: leasehold.ScheduledRun) -> Optional[int]:
+        await asyncio.sleep(0.05)
+        loop_runs = asyncio.get_running_loop().is_running()
+        attempts.append((run.slot_unix_ms, run.attempt, loop_runs))
+        if run.attempt == 1:
+            return 4
+        if run.attempt == 2:
+            raise RuntimeError("second attempt fails by exception, after an await")
+        return None
+
+    with client.scheduler(holder="solo") as sched:
+        sched.set_jobs([leasehold.Job("flaky-async", flaky, every=5, ttl=5, backoff=0.2, max_attempts=3)])
+        wait_until(lambda: any(a == 3 for _, a, _ in attempts), 12, "the third attempt ran")
+    slot = next(s for s, a, _ in attempts if a == 3)
+    assert [a for s, a, _ in attempts if s == slot] == [1, 2, 3]
+    assert all(running for _, _, running in attempts)
+    records = [r for r in client.history("flaky-async") if r["slot"]["start_unix_ms"] == slot]
+    assert records and records[0]["outcome"] == "done" and records[0]["attempts"] == 3, records
+    assert records[0]["exit_code"] == 0
 
 
 def test_pause_skips_slots_and_trigger_runs_now(client: leasehold.LeaseClient) -> None:

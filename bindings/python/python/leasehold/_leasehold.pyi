@@ -1,6 +1,6 @@
 # Type stubs of the native module (src/lib.rs). The public API is leasehold/__init__.py, which
 # wraps these classes; import from `leasehold`, not from here.
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple, Union
 
 class LeaseholdError(Exception): ...
 class Busy(LeaseholdError): ...
@@ -106,11 +106,12 @@ class ScheduledRun:
 class Job:
     """A scheduled job: a name, its slots (``cron`` in ``zone``, or ``every`` seconds moved by
     ``offset``), its policies (the keys of a ``leasehold cron`` file) and the function run at each
-    slot. Raises ``BadInput`` naming the field for a bad one."""
+    slot (an ``async def`` function runs on an event loop of its own in the run's thread). Raises
+    ``BadInput`` naming the field for a bad one."""
     def __init__(
         self,
         name: str,
-        func: Callable[[ScheduledRun], Optional[int]],
+        func: Callable[[ScheduledRun], Union[Optional[int], Awaitable[Optional[int]]]],
         *,
         cron: Optional[str] = None,
         zone: str = "UTC",

@@ -36,10 +36,11 @@
 //! The scheduler that fires jobs itself is in [`scheduler`] (policies, a runner of your own), over
 //! [`When`] (cron expressions in IANA zones, intervals) and [`StoreClock`] (the store's time).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
+use crate::lease::recorded::{self, release_quietly, unix_ms_at as unix_ms, Recorded};
 use crate::lease::{Lease, LeaseClient, LeaseOptions};
 
 pub mod clock;
@@ -84,10 +85,6 @@ pub struct Slot {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0)
 }
 
 impl Schedule {
@@ -268,16 +265,6 @@ pub struct SlotRecord {
     pub reason: Option<String>,
 }
 
-impl SlotRecord {
-    fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        serde_json::from_slice(bytes).ok()
-    }
-}
-
 /// The lease name of a job's slot.
 pub fn slot_name(job: &str, slot: Slot) -> String {
     format!("{job}@{}", slot.index)
@@ -314,8 +301,8 @@ pub enum Claim {
 /// A claimed slot: the slot's lease, and its record as "running".
 #[derive(Debug)]
 pub struct SlotRun {
-    lease: Lease,
-    record: SlotRecord,
+    /// The slot's lease and its record as last written.
+    held: Recorded<SlotRecord>,
 }
 
 /// Claims `job`'s `slot`: takes the slot's lease with `opts` (once, without waiting), reads its
@@ -359,10 +346,7 @@ pub async fn claim(
         Err(Error::Busy { .. }) => return Ok(Claim::Busy),
         Err(e) => return Err(e),
     };
-    let previous = client
-        .read_note(&name)
-        .await?
-        .and_then(|b| SlotRecord::decode(&b));
+    let previous = recorded::read::<SlotRecord>(client, &name, |_| true).await?;
     let attempts = match &previous {
         Some(r)
             if matches!(
@@ -392,14 +376,15 @@ pub async fn claim(
         attempts,
         holder: holder.to_owned(),
         fence: lease.fence(),
-        started_unix_ms: unix_ms(SystemTime::now()),
+        started_unix_ms: recorded::unix_ms(),
         duration_ms: None,
         exit_code: None,
         reason: None,
     };
+    let held = Recorded::new(lease, record);
     // On failure the lease is dropped, which releases it in the background.
-    lease.write_note(&record.encode()).await?;
-    Ok(Claim::Run(SlotRun { lease, record }))
+    held.write().await?;
+    Ok(Claim::Run(SlotRun { held }))
 }
 
 /// Records `job`'s `slot` as [`Outcome::Missed`] or [`Outcome::Skipped`] (with `reason`) unless
@@ -448,43 +433,37 @@ pub async fn mark(
         attempts: 0,
         holder: holder.to_owned(),
         fence: lease.fence(),
-        started_unix_ms: unix_ms(SystemTime::now()),
+        started_unix_ms: recorded::unix_ms(),
         duration_ms: None,
         exit_code: None,
         reason: Some(reason.to_owned()),
     };
-    let written = lease.write_note(&record.encode()).await;
+    let written = recorded::write(&lease, &record).await;
     release_quietly(lease).await;
     written?;
     metrics(&record);
     Ok(Some(record))
 }
 
-async fn release_quietly(lease: Lease) {
-    if let Err(e) = lease.release().await {
-        tracing::debug!(error = %e, "releasing a slot's lease after reading its record");
-    }
-}
-
 impl SlotRun {
     /// The slot.
     pub fn slot(&self) -> Slot {
-        self.record.slot
+        self.held.record().slot
     }
 
     /// The attempt's fence: present it to fenced writes.
     pub fn fence(&self) -> Fence {
-        self.lease.fence()
+        self.held.lease().fence()
     }
 
     /// The record as written when the attempt started.
     pub fn record(&self) -> &SlotRecord {
-        &self.record
+        self.held.record()
     }
 
     /// The slot's lease (its lost signal, its health).
     pub fn lease(&self) -> &Lease {
-        &self.lease
+        self.held.lease()
     }
 
     /// Records the attempt's end and releases the slot's lease: `exit_code` `Some(0)` is done,
@@ -501,7 +480,7 @@ impl SlotRun {
     /// Cancel safe: the lease is released in the background; the record says what the last write
     /// that landed said (running: a later claim counts it as lost).
     pub async fn finish(self, exit_code: Option<i32>, lost: bool) -> Result<SlotRecord> {
-        let SlotRun { lease, record } = self;
+        let (lease, record) = self.held.into_parts();
         let written = finish_with(&lease, record, exit_code, lost).await;
         let released = lease.release().await;
         let record = written?;
@@ -515,7 +494,7 @@ impl SlotRun {
     /// The lease and the record, for a caller that supervises the lease itself and writes the
     /// outcome later with [`finish_with`].
     pub fn into_parts(self) -> (Lease, SlotRecord) {
-        (self.lease, self.record)
+        self.held.into_parts()
     }
 }
 
@@ -537,9 +516,9 @@ pub async fn finish_with(
         (false, _) => Outcome::Failed,
     };
     record.exit_code = exit_code;
-    record.duration_ms = Some(unix_ms(SystemTime::now()).saturating_sub(record.started_unix_ms));
+    record.duration_ms = Some(recorded::unix_ms().saturating_sub(record.started_unix_ms));
     metrics(&record);
-    lease.write_note(&record.encode()).await?;
+    recorded::write(lease, &record).await?;
     Ok(record)
 }
 
@@ -603,7 +582,7 @@ fn metrics(r: &SlotRecord) {
     }
     if r.outcome == Outcome::Done {
         metrics::gauge!(metric_names::LAST_SUCCESS, metric_names::JOB => r.job.clone())
-            .set(unix_ms(SystemTime::now()) as f64 / 1000.0);
+            .set(recorded::unix_ms() as f64 / 1000.0);
     }
 }
 
@@ -632,11 +611,7 @@ pub async fn history(client: &LeaseClient, job: &str, limit: usize) -> Result<Ve
     slots.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
     let mut out = Vec::new();
     for (_, held, name) in slots.into_iter().take(limit) {
-        if let Some(mut r) = client
-            .read_note(&name)
-            .await?
-            .and_then(|b| SlotRecord::decode(&b))
-        {
+        if let Some(mut r) = recorded::read::<SlotRecord>(client, &name, |_| true).await? {
             if r.outcome == Outcome::Running && !held {
                 r.outcome = Outcome::Lost;
             }
@@ -673,6 +648,7 @@ pub async fn record_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     fn at(ms: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(ms)
@@ -768,8 +744,8 @@ mod tests {
             exit_code: Some(3),
             reason: None,
         };
-        assert_eq!(SlotRecord::decode(&r.encode()), Some(r));
-        assert_eq!(SlotRecord::decode(b"{}"), None);
+        assert_eq!(recorded::decode(&recorded::encode(&r)), Some(r));
+        assert_eq!(recorded::decode::<SlotRecord>(b"{}"), None);
         assert_eq!(
             slot_name(
                 "nightly",

@@ -72,6 +72,7 @@ pub mod holder;
 pub mod metrics;
 pub(crate) mod names;
 pub mod options;
+pub(crate) mod recorded;
 pub mod signal;
 pub(crate) mod state;
 pub mod store;

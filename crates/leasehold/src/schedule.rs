@@ -284,6 +284,15 @@ fn check_job(client: &LeaseClient, job: &str) -> Result<()> {
     client.check_name(job)
 }
 
+/// Takes a slot's lease once, without waiting (`None`: another replica holds it).
+async fn try_take(client: &LeaseClient, name: &str, opts: &LeaseOptions) -> Result<Option<Lease>> {
+    match client.try_acquire(name, opts).await {
+        Ok(lease) => Ok(Some(lease)),
+        Err(Error::Busy { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What [`claim`] found.
 #[derive(Debug)]
 #[must_use = "a claimed slot is run and finished, or its lease is released when dropped"]
@@ -341,10 +350,8 @@ pub async fn claim(
         ));
     }
     let name = slot_name(job, slot);
-    let lease = match client.try_acquire(&name, opts).await {
-        Ok(lease) => lease,
-        Err(Error::Busy { .. }) => return Ok(Claim::Busy),
-        Err(e) => return Err(e),
+    let Some(lease) = try_take(client, &name, opts).await? else {
+        return Ok(Claim::Busy);
     };
     let previous = recorded::read::<SlotRecord>(client, &name, |_| true).await?;
     let attempts = match &previous {
@@ -417,10 +424,8 @@ pub async fn mark(
         ));
     }
     let name = slot_name(job, slot);
-    let lease = match client.try_acquire(&name, opts).await {
-        Ok(lease) => lease,
-        Err(Error::Busy { .. }) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(lease) = try_take(client, &name, opts).await? else {
+        return Ok(None);
     };
     if client.read_note(&name).await?.is_some() {
         release_quietly(lease).await;
@@ -504,6 +509,10 @@ impl SlotRun {
 /// # Errors
 ///
 /// As [`SlotRun::finish`], without the release.
+///
+/// # Cancel safety
+///
+/// As [`Lease::write_note`]: the record may or may not be written; the lease stays the caller's.
 pub async fn finish_with(
     lease: &Lease,
     mut record: SlotRecord,

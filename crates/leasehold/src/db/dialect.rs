@@ -5,6 +5,8 @@
 //! backend is a new module with its dialect and its `Driver`, plus one variant in each of the three
 //! enums (`Pool` in `database.rs`, `TxInner` and `Conn` in `tx.rs`) and one arm in `on_backend!`.
 //!
+//! Promise: every backend answers the same questions (its clock, its row lock, its upsert, its
+//! migrations' lock), so a guard written once behaves alike on each.
 //! Limit: only the differences leasehold's own statements meet are here; this is no SQL translator.
 
 use std::borrow::Cow;

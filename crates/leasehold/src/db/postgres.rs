@@ -1,5 +1,10 @@
 //! The PostgreSQL backend of [`Database`]: connecting (with an optional schema of its own) and the
 //! dialect. Writers wait on row locks; DDL is transactional, so a migration commits whole or not at all.
+//!
+//! Promise: with a schema, every connection of the pool works in that schema alone (created once), so
+//! two applications (or two tests) in one database never see each other's tables.
+//! Limit: what PostgreSQL has committed is what it keeps: a failover to an asynchronous standby or a
+//! restore from a backup can lose the last commits, guards' rows included.
 
 use std::future::Future;
 use std::str::FromStr;

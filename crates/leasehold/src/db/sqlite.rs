@@ -1,5 +1,10 @@
 //! The SQLite backend of [`Database`]: a file in WAL mode (or one in-memory connection), writers that
 //! queue on `BEGIN IMMEDIATE` and a busy timeout, and the dialect.
+//!
+//! Promise: writers of one file run one at a time (each transaction holds the write lock from its
+//! `BEGIN IMMEDIATE`), so a guard's read-then-write is never interleaved with another's.
+//! Limit: one machine: a file shared over a network file system gets no such promise; a writer waits at
+//! most the busy timeout, then fails.
 
 use std::future::Future;
 use std::str::FromStr;

@@ -26,6 +26,9 @@
 //!   paused job's slots are recorded `skipped`, and each such slot writes the flag again, so it
 //!   outlives the store's retention while any daemon runs.
 //!
+//! Promise: each slot of a job runs on at most one replica at a time and is recorded (`done`, `failed`,
+//! `lost`, `missed`, `skipped`) beside its lease, by the rules of [`claim`]; the
+//! policies above decide late, missed and overlapping slots the same way on every replica.
 //! Limit: the store is the record; a store that forgets (a Redis without persistence, the retention
 //! passing) forgets history and pauses, and a slot may then run again. Under `allow`, a run longer
 //! than the period overlaps the next one. A store without a clock (etcd, Redlock) makes each replica

@@ -81,6 +81,27 @@ pub const DEFAULT_SAFETY_EVERY: Duration = Duration::from_secs(2);
 const AFTER_END: Duration = Duration::from_millis(5);
 
 /// An election on one name, through one client. Cheap to clone.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// use leasehold::election::Election;
+/// use leasehold::{LeaseClient, LeaseOptions};
+///
+/// let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+/// let opts = LeaseOptions::with_ttl(Duration::from_secs(5))?;
+/// let election = Election::new(&client, "doc-election", &opts)?;
+/// let leadership = election.campaign("10.0.0.5:8080", Duration::from_secs(5)).await?;
+/// // Anyone can read who leads, and the term to expect from it.
+/// let leader = election.leader().await?.expect("someone leads");
+/// assert_eq!(leader.value.as_deref(), Some("10.0.0.5:8080"));
+/// assert_eq!(leader.term, leadership.term());
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Election {
     client: LeaseClient,

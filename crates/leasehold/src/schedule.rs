@@ -65,6 +65,35 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
 pub const MAX_JOB_LEN: usize = 200;
 
 /// A period and an offset: slots start at `offset + k × period` after the Unix epoch (UTC).
+///
+/// # Examples
+///
+/// Run this hour's slot of a job on one replica, and record it done:
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// use leasehold::schedule::{claim, Claim, Outcome, Schedule};
+/// use leasehold::{LeaseClient, LeaseOptions};
+///
+/// let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+/// let hourly = Schedule::every(Duration::from_secs(3600))?;
+/// let slot = hourly.now();
+/// let opts = LeaseOptions::default();
+/// # let job = format!("doc-hourly-{:08x}", rand::random::<u32>());
+/// match claim(&client, &job, slot, &opts, 3, "replica-1").await? {
+///     Claim::Run(run) => {
+///         // ... run the job, presenting run.fence() to what it writes ...
+///         let record = run.finish(Some(0), false).await?;
+///         assert_eq!(record.outcome, Outcome::Done);
+///     }
+///     Claim::Busy | Claim::Done(_) | Claim::Exhausted(_) => {} // another replica has it
+/// }
+/// // Any later claim of this slot finds it done.
+/// assert!(matches!(claim(&client, &job, slot, &opts, 3, "replica-2").await?, Claim::Done(_)));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Schedule {
     period: Duration,

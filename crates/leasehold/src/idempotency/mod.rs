@@ -54,6 +54,34 @@ pub struct Response {
 }
 
 /// Where idempotency keys live, and the two times that govern them.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use leasehold::db::Database;
+/// use leasehold::idempotency::IdempotencyStore;
+///
+/// let db = Database::connect("sqlite::memory:").await?;
+/// db.migrate().await?;
+/// let store = IdempotencyStore::new(db);
+/// let first = store
+///     .run("client-a", "order-1", b"POST /orders", |_tx| {
+///         // The work's writes go in `_tx`, committed with the stored response.
+///         Box::pin(async { Ok(b"order 17 created".to_vec()) })
+///     })
+///     .await?;
+/// // The retry of the same request replays the response without running the work.
+/// let retry = store
+///     .run("client-a", "order-1", b"POST /orders", |_tx| {
+///         Box::pin(async { unreachable!("not run twice") })
+///     })
+///     .await?;
+/// assert!(!first.replayed && retry.replayed);
+/// assert_eq!(retry.body, first.body);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct IdempotencyStore {
     /// The database holding `leasehold_idempotency_keys`.

@@ -35,6 +35,24 @@ pub enum Delivery {
 }
 
 /// The inbox of one consumer: message ids it has applied.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use leasehold::db::Database;
+/// use leasehold::inbox::Inbox;
+///
+/// let db = Database::connect("sqlite::memory:").await?;
+/// db.migrate().await?;
+/// let inbox = Inbox::new("billing")?;
+/// // The message's effect is written in `_tx`, in the same transaction as its id.
+/// let first = inbox.process(&db, "msg-1", |_tx| Box::pin(async { Ok(1) })).await?;
+/// let redelivered = inbox.process(&db, "msg-1", |_tx| Box::pin(async { Ok(1) })).await?;
+/// assert_eq!((first, redelivered), (Some(1), None));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Inbox {
     /// Who consumes; the same message id may be applied once per consumer.

@@ -6,13 +6,12 @@
 //! Limit: what PostgreSQL has committed is what it keeps: a failover to an asynchronous standby or a
 //! restore from a backup can lose the last commits, guards' rows included.
 
-use std::future::Future;
 use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgConnection, Postgres};
 
-use super::dialect::{Dialect, Driver};
+use super::dialect::Dialect;
 use super::tx::{Conn, TxInner};
 use super::{check_identifier, Backend, Database, DatabaseBuilder, Pool};
 use crate::{Error, Result};
@@ -38,18 +37,7 @@ pub(crate) static DIALECT: Dialect = Dialect {
     transactional_ddl: true,
 };
 
-impl Driver for Postgres {
-    const DIALECT: &'static Dialect = &DIALECT;
-
-    type Tx = sqlx::Transaction<'static, Postgres>;
-
-    fn begin(
-        pool: &sqlx::PgPool,
-        begin: &'static str,
-    ) -> impl Future<Output = sqlx::Result<Self::Tx>> + Send {
-        pool.begin_with(begin)
-    }
-}
+super::dialect::sqlx_driver!(Postgres, &DIALECT);
 
 /// Opens the pool; with a schema, creates it once and puts it alone on every connection's path.
 pub(super) async fn connect(b: DatabaseBuilder) -> Result<Database> {

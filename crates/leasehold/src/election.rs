@@ -54,7 +54,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
-use crate::lease::store::{Changes, LeaseInfo, MAX_NOTE_LEN};
+use crate::lease::recorded::{self, is_holders, unix_ms, Recorded};
+use crate::lease::store::{Changes, LeaseInfo};
 use crate::lease::{HealthWatch, Lease, LeaseClient, LeaseHealth, LeaseOptions, LostSignal};
 use tokio::time::Instant;
 
@@ -80,6 +81,27 @@ pub const DEFAULT_SAFETY_EVERY: Duration = Duration::from_secs(2);
 const AFTER_END: Duration = Duration::from_millis(5);
 
 /// An election on one name, through one client. Cheap to clone.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// use leasehold::election::Election;
+/// use leasehold::{LeaseClient, LeaseOptions};
+///
+/// let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+/// let opts = LeaseOptions::with_ttl(Duration::from_secs(5))?;
+/// let election = Election::new(&client, "doc-election", &opts)?;
+/// let leadership = election.campaign("10.0.0.5:8080", Duration::from_secs(5)).await?;
+/// // Anyone can read who leads, and the term to expect from it.
+/// let leader = election.leader().await?.expect("someone leads");
+/// assert_eq!(leader.value.as_deref(), Some("10.0.0.5:8080"));
+/// assert_eq!(leader.term, leadership.term());
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Election {
     client: LeaseClient,
@@ -122,26 +144,15 @@ struct Record {
     tag: String,
 }
 
-use crate::lease::holder::{unix_ms, TAG_LEN};
-
 impl Record {
-    fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+    /// Whether this is a record of this format.
+    fn is_valid(&self) -> bool {
+        self.election == 1
     }
 
-    fn decode(bytes: &[u8]) -> Option<Record> {
-        serde_json::from_slice::<Record>(bytes)
-            .ok()
-            .filter(|r| r.election == 1)
-    }
-
-    /// Whether this record is the current holder's: by token where the store names holders, else
-    /// by fence (every store's fence for a held lock is its holder's).
+    /// Whether this record is the current holder's ([`is_holders`]).
     fn is_of(&self, info: &LeaseInfo) -> bool {
-        match info.holders.first() {
-            Some(h) => h.token.starts_with(&self.tag) && self.tag.len() == TAG_LEN,
-            None => info.fence == Some(Fence::new(self.term)),
-        }
+        is_holders(info, self.term, &self.tag)
     }
 }
 
@@ -245,21 +256,22 @@ impl Election {
                 }
             }
         };
-        let mut leadership = Leadership {
-            record: Record {
-                election: 1,
-                term: lease.fence().get(),
-                value: value.to_owned(),
-                holder: self.holder.clone(),
-                since_unix_ms: unix_ms(),
-                tag: lease.token().chars().take(TAG_LEN).collect(),
-            },
-            lease,
+        let record = Record {
+            election: 1,
+            term: lease.fence().get(),
+            value: value.to_owned(),
+            holder: self.holder.clone(),
+            since_unix_ms: unix_ms(),
+            tag: recorded::tag(lease.token()),
         };
-        if let Err(e) = leadership.write().await {
+        let leadership = Leadership {
+            held: Recorded::new(lease, record),
+        };
+        if let Err(e) = leadership.held.write().await {
             // Give the lease back now (compare-and-delete: harmless if it already lapsed), so the
             // next candidate does not wait out a TTL behind a leader that never was.
-            let _ = tokio::time::timeout(self.opts.ttl, leadership.lease.release()).await;
+            let (lease, _) = leadership.held.into_parts();
+            let _ = tokio::time::timeout(self.opts.ttl, lease.release()).await;
             return Err(e);
         }
         crate::lease::metrics::election("elected");
@@ -313,11 +325,7 @@ pub async fn leader_of(client: &LeaseClient, name: &str) -> Result<Option<Leader
     if !info.held {
         return Ok(None);
     }
-    let record = client
-        .read_note(name)
-        .await?
-        .and_then(|b| Record::decode(&b))
-        .filter(|r| r.is_of(&info));
+    let record = recorded::read(client, name, |r: &Record| r.is_valid() && r.is_of(&info)).await?;
     let term = match (&record, info.fence) {
         (Some(r), _) => Fence::new(r.term),
         (None, Some(f)) => f,
@@ -338,45 +346,45 @@ pub async fn leader_of(client: &LeaseClient, name: &str) -> Result<Option<Leader
 #[must_use = "leadership ends when dropped; hold it while leading"]
 #[derive(Debug)]
 pub struct Leadership {
-    lease: Lease,
-    record: Record,
+    /// The election's lease and the leader record beside it.
+    held: Recorded<Record>,
 }
 
 impl Leadership {
     /// The term: this leadership's fence, strictly greater than every earlier leader's. Present it
     /// to fenced resources ([`crate::fence`]) so that they refuse this leader once it is deposed.
     pub fn term(&self) -> Fence {
-        self.lease.fence()
+        self.held.lease().fence()
     }
 
     /// The value this leader advertises.
     pub fn value(&self) -> &str {
-        &self.record.value
+        &self.held.record().value
     }
 
     /// The holder identity it shows.
     pub fn holder(&self) -> &str {
-        &self.record.holder
+        &self.held.record().holder
     }
 
     /// The lease behind the leadership (its remaining time, its options, its token).
     pub fn lease(&self) -> &Lease {
-        &self.lease
+        self.held.lease()
     }
 
     /// Fires when the leadership is lost (as the lease's [`LostSignal`]).
     pub fn lost(&self) -> LostSignal {
-        self.lease.lost()
+        self.held.lease().lost()
     }
 
     /// The leadership's health (as the lease's [`HealthWatch`]): suspect before it is lost.
     pub fn health(&self) -> HealthWatch {
-        self.lease.health()
+        self.held.lease().health()
     }
 
     /// Its health now.
     pub fn health_now(&self) -> LeaseHealth {
-        self.lease.health_now()
+        self.held.lease().health_now()
     }
 
     /// Changes the advertised value, without an election: the term stays.
@@ -391,14 +399,7 @@ impl Leadership {
     /// Cancel safe: the write may or may not land; the value kept here changes only once it did.
     pub async fn proclaim(&mut self, value: &str) -> Result<()> {
         check_text("leader value", value, MAX_VALUE_LEN)?;
-        let before = std::mem::replace(&mut self.record.value, value.to_owned());
-        match self.write().await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.record.value = before;
-                Err(e)
-            }
-        }
+        self.held.update(|r| value.clone_into(&mut r.value)).await
     }
 
     /// Steps down: releases the lease, so that the next candidate (the first in the store's queue)
@@ -413,20 +414,14 @@ impl Leadership {
     /// Cancel safe: if cancelled before the store answered, the release is handed to the background.
     pub async fn resign(self) -> Result<()> {
         crate::lease::metrics::election("resigned");
-        self.lease.release().await
+        self.into_lease().release().await
     }
 
     /// The lease itself, for code that supervises a leadership as it supervises a lease (the
     /// command line's `elect` runs it as `run` runs a lease): releasing it resigns, losing it is
     /// losing the leadership.
     pub fn into_lease(self) -> Lease {
-        self.lease
-    }
-
-    async fn write(&mut self) -> Result<()> {
-        let note = self.record.encode();
-        debug_assert!(note.len() <= MAX_NOTE_LEN);
-        self.lease.write_note(&note).await
+        self.held.into_parts().0
     }
 }
 
@@ -586,7 +581,7 @@ impl Observer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::store::HolderInfo;
+    use crate::lease::store::{HolderInfo, MAX_NOTE_LEN};
 
     fn record(term: u64, tag: &str) -> Record {
         Record {
@@ -608,11 +603,19 @@ mod tests {
             since_unix_ms: u64::MAX,
             ..record(1, "0123456789ab")
         };
-        let bytes = r.encode();
+        let bytes = recorded::encode(&r);
         assert!(bytes.len() <= MAX_NOTE_LEN, "{} bytes", bytes.len());
-        assert_eq!(Record::decode(&bytes), Some(r));
-        assert_eq!(Record::decode(b"not json"), None);
-        assert_eq!(Record::decode(br#"{"election":2}"#), None);
+        assert_eq!(recorded::decode::<Record>(&bytes), Some(r));
+        assert_eq!(recorded::decode::<Record>(b"not json"), None);
+        let other = Record {
+            election: 2,
+            ..record(1, "0123456789ab")
+        };
+        let other = recorded::decode::<Record>(&recorded::encode(&other));
+        assert!(
+            !other.is_some_and(|r| r.is_valid()),
+            "another format is no record"
+        );
     }
 
     #[test]

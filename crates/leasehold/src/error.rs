@@ -1,5 +1,11 @@
 //! The one error type of the crate. Every variant says, in the caller's terms, what went wrong, and
 //! [`Error::is_retryable`] says whether trying again can help.
+//!
+//! Promise: every failure of the crate is one [`Error`] variant, which keeps the underlying error as
+//! its source and says whether a retry can help ([`Error::is_retryable`]) and whether the outcome is
+//! unknown ([`Error::outcome_unknown`]).
+//! Limit: the classification is about the operation that failed, not the lease: a retryable error
+//! while holding says nothing about whether the lease is still held (its lost signal does).
 
 use std::time::Duration;
 

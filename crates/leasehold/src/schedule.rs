@@ -36,10 +36,11 @@
 //! The scheduler that fires jobs itself is in [`scheduler`] (policies, a runner of your own), over
 //! [`When`] (cron expressions in IANA zones, intervals) and [`StoreClock`] (the store's time).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Result};
 use crate::fence::Fence;
+use crate::lease::recorded::{self, release_quietly, unix_ms_at as unix_ms, Recorded};
 use crate::lease::{Lease, LeaseClient, LeaseOptions};
 
 pub mod clock;
@@ -64,6 +65,35 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
 pub const MAX_JOB_LEN: usize = 200;
 
 /// A period and an offset: slots start at `offset + k × period` after the Unix epoch (UTC).
+///
+/// # Examples
+///
+/// Run this hour's slot of a job on one replica, and record it done:
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// use leasehold::schedule::{claim, Claim, Outcome, Schedule};
+/// use leasehold::{LeaseClient, LeaseOptions};
+///
+/// let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+/// let hourly = Schedule::every(Duration::from_secs(3600))?;
+/// let slot = hourly.now();
+/// let opts = LeaseOptions::default();
+/// # let job = format!("doc-hourly-{:08x}", rand::random::<u32>());
+/// match claim(&client, &job, slot, &opts, 3, "replica-1").await? {
+///     Claim::Run(run) => {
+///         // ... run the job, presenting run.fence() to what it writes ...
+///         let record = run.finish(Some(0), false).await?;
+///         assert_eq!(record.outcome, Outcome::Done);
+///     }
+///     Claim::Busy | Claim::Done(_) | Claim::Exhausted(_) => {} // another replica has it
+/// }
+/// // Any later claim of this slot finds it done.
+/// assert!(matches!(claim(&client, &job, slot, &opts, 3, "replica-2").await?, Claim::Done(_)));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Schedule {
     period: Duration,
@@ -84,10 +114,6 @@ pub struct Slot {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map(millis).unwrap_or(0)
 }
 
 impl Schedule {
@@ -268,16 +294,6 @@ pub struct SlotRecord {
     pub reason: Option<String>,
 }
 
-impl SlotRecord {
-    fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        serde_json::from_slice(bytes).ok()
-    }
-}
-
 /// The lease name of a job's slot.
 pub fn slot_name(job: &str, slot: Slot) -> String {
     format!("{job}@{}", slot.index)
@@ -297,6 +313,15 @@ fn check_job(client: &LeaseClient, job: &str) -> Result<()> {
     client.check_name(job)
 }
 
+/// Takes a slot's lease once, without waiting (`None`: another replica holds it).
+async fn try_take(client: &LeaseClient, name: &str, opts: &LeaseOptions) -> Result<Option<Lease>> {
+    match client.try_acquire(name, opts).await {
+        Ok(lease) => Ok(Some(lease)),
+        Err(Error::Busy { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What [`claim`] found.
 #[derive(Debug)]
 #[must_use = "a claimed slot is run and finished, or its lease is released when dropped"]
@@ -314,8 +339,8 @@ pub enum Claim {
 /// A claimed slot: the slot's lease, and its record as "running".
 #[derive(Debug)]
 pub struct SlotRun {
-    lease: Lease,
-    record: SlotRecord,
+    /// The slot's lease and its record as last written.
+    held: Recorded<SlotRecord>,
 }
 
 /// Claims `job`'s `slot`: takes the slot's lease with `opts` (once, without waiting), reads its
@@ -354,15 +379,10 @@ pub async fn claim(
         ));
     }
     let name = slot_name(job, slot);
-    let lease = match client.try_acquire(&name, opts).await {
-        Ok(lease) => lease,
-        Err(Error::Busy { .. }) => return Ok(Claim::Busy),
-        Err(e) => return Err(e),
+    let Some(lease) = try_take(client, &name, opts).await? else {
+        return Ok(Claim::Busy);
     };
-    let previous = client
-        .read_note(&name)
-        .await?
-        .and_then(|b| SlotRecord::decode(&b));
+    let previous = recorded::read::<SlotRecord>(client, &name, |_| true).await?;
     let attempts = match &previous {
         Some(r)
             if matches!(
@@ -392,14 +412,15 @@ pub async fn claim(
         attempts,
         holder: holder.to_owned(),
         fence: lease.fence(),
-        started_unix_ms: unix_ms(SystemTime::now()),
+        started_unix_ms: recorded::unix_ms(),
         duration_ms: None,
         exit_code: None,
         reason: None,
     };
+    let held = Recorded::new(lease, record);
     // On failure the lease is dropped, which releases it in the background.
-    lease.write_note(&record.encode()).await?;
-    Ok(Claim::Run(SlotRun { lease, record }))
+    held.write().await?;
+    Ok(Claim::Run(SlotRun { held }))
 }
 
 /// Records `job`'s `slot` as [`Outcome::Missed`] or [`Outcome::Skipped`] (with `reason`) unless
@@ -432,10 +453,8 @@ pub async fn mark(
         ));
     }
     let name = slot_name(job, slot);
-    let lease = match client.try_acquire(&name, opts).await {
-        Ok(lease) => lease,
-        Err(Error::Busy { .. }) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(lease) = try_take(client, &name, opts).await? else {
+        return Ok(None);
     };
     if client.read_note(&name).await?.is_some() {
         release_quietly(lease).await;
@@ -448,43 +467,37 @@ pub async fn mark(
         attempts: 0,
         holder: holder.to_owned(),
         fence: lease.fence(),
-        started_unix_ms: unix_ms(SystemTime::now()),
+        started_unix_ms: recorded::unix_ms(),
         duration_ms: None,
         exit_code: None,
         reason: Some(reason.to_owned()),
     };
-    let written = lease.write_note(&record.encode()).await;
+    let written = recorded::write(&lease, &record).await;
     release_quietly(lease).await;
     written?;
     metrics(&record);
     Ok(Some(record))
 }
 
-async fn release_quietly(lease: Lease) {
-    if let Err(e) = lease.release().await {
-        tracing::debug!(error = %e, "releasing a slot's lease after reading its record");
-    }
-}
-
 impl SlotRun {
     /// The slot.
     pub fn slot(&self) -> Slot {
-        self.record.slot
+        self.held.record().slot
     }
 
     /// The attempt's fence: present it to fenced writes.
     pub fn fence(&self) -> Fence {
-        self.lease.fence()
+        self.held.lease().fence()
     }
 
     /// The record as written when the attempt started.
     pub fn record(&self) -> &SlotRecord {
-        &self.record
+        self.held.record()
     }
 
     /// The slot's lease (its lost signal, its health).
     pub fn lease(&self) -> &Lease {
-        &self.lease
+        self.held.lease()
     }
 
     /// Records the attempt's end and releases the slot's lease: `exit_code` `Some(0)` is done,
@@ -501,7 +514,7 @@ impl SlotRun {
     /// Cancel safe: the lease is released in the background; the record says what the last write
     /// that landed said (running: a later claim counts it as lost).
     pub async fn finish(self, exit_code: Option<i32>, lost: bool) -> Result<SlotRecord> {
-        let SlotRun { lease, record } = self;
+        let (lease, record) = self.held.into_parts();
         let written = finish_with(&lease, record, exit_code, lost).await;
         let released = lease.release().await;
         let record = written?;
@@ -515,7 +528,7 @@ impl SlotRun {
     /// The lease and the record, for a caller that supervises the lease itself and writes the
     /// outcome later with [`finish_with`].
     pub fn into_parts(self) -> (Lease, SlotRecord) {
-        (self.lease, self.record)
+        self.held.into_parts()
     }
 }
 
@@ -525,6 +538,10 @@ impl SlotRun {
 /// # Errors
 ///
 /// As [`SlotRun::finish`], without the release.
+///
+/// # Cancel safety
+///
+/// As [`Lease::write_note`]: the record may or may not be written; the lease stays the caller's.
 pub async fn finish_with(
     lease: &Lease,
     mut record: SlotRecord,
@@ -537,9 +554,9 @@ pub async fn finish_with(
         (false, _) => Outcome::Failed,
     };
     record.exit_code = exit_code;
-    record.duration_ms = Some(unix_ms(SystemTime::now()).saturating_sub(record.started_unix_ms));
+    record.duration_ms = Some(recorded::unix_ms().saturating_sub(record.started_unix_ms));
     metrics(&record);
-    lease.write_note(&record.encode()).await?;
+    recorded::write(lease, &record).await?;
     Ok(record)
 }
 
@@ -603,7 +620,7 @@ fn metrics(r: &SlotRecord) {
     }
     if r.outcome == Outcome::Done {
         metrics::gauge!(metric_names::LAST_SUCCESS, metric_names::JOB => r.job.clone())
-            .set(unix_ms(SystemTime::now()) as f64 / 1000.0);
+            .set(recorded::unix_ms() as f64 / 1000.0);
     }
 }
 
@@ -632,11 +649,7 @@ pub async fn history(client: &LeaseClient, job: &str, limit: usize) -> Result<Ve
     slots.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
     let mut out = Vec::new();
     for (_, held, name) in slots.into_iter().take(limit) {
-        if let Some(mut r) = client
-            .read_note(&name)
-            .await?
-            .and_then(|b| SlotRecord::decode(&b))
-        {
+        if let Some(mut r) = recorded::read::<SlotRecord>(client, &name, |_| true).await? {
             if r.outcome == Outcome::Running && !held {
                 r.outcome = Outcome::Lost;
             }
@@ -673,6 +686,7 @@ pub async fn record_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     fn at(ms: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(ms)
@@ -768,8 +782,8 @@ mod tests {
             exit_code: Some(3),
             reason: None,
         };
-        assert_eq!(SlotRecord::decode(&r.encode()), Some(r));
-        assert_eq!(SlotRecord::decode(b"{}"), None);
+        assert_eq!(recorded::decode(&recorded::encode(&r)), Some(r));
+        assert_eq!(recorded::decode::<SlotRecord>(b"{}"), None);
         assert_eq!(
             slot_name(
                 "nightly",

@@ -1,6 +1,12 @@
 //! [`Database`] and its builder over the backends compiled in. The backend arms live in one place:
 //! the [`Pool`] enum and `on_backend!` (in `mod.rs`); what each backend does differently is in its
 //! own module (`postgres.rs`, `sqlite.rs`) as a [`Dialect`](super::dialect::Dialect).
+//!
+//! Promise: a [`Database`] talks to the one backend its URL names, and only if that backend is
+//! compiled in (a URL of another is refused with a message naming the feature to turn on, before
+//! anything is sent); every guard and [`Tx`](super::Tx) taken from it runs on that backend.
+//! Limit: it is a pool, not a coordinator: it opens connections lazily up to its bound and promises
+//! nothing about the server itself (its durability, its isolation level beyond what each guard sets).
 
 use std::time::Duration;
 

@@ -5,6 +5,8 @@
 //! backend is a new module with its dialect and its `Driver`, plus one variant in each of the three
 //! enums (`Pool` in `database.rs`, `TxInner` and `Conn` in `tx.rs`) and one arm in `on_backend!`.
 //!
+//! Promise: every backend answers the same questions (its clock, its row lock, its upsert, its
+//! migrations' lock), so a guard written once behaves alike on each.
 //! Limit: only the differences leasehold's own statements meet are here; this is no SQL translator.
 
 use std::borrow::Cow;
@@ -149,6 +151,28 @@ pub(crate) trait Driver: sqlx::Database {
         begin: &'static str,
     ) -> impl Future<Output = sqlx::Result<Self::Tx>> + Send;
 }
+
+/// Implements [`Driver`] for a backend whose transaction is sqlx's own, opened with the dialect's
+/// `BEGIN` (PostgreSQL, SQLite; MariaDB/MySQL wraps its own).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! sqlx_driver {
+    ($db:ty, $dialect:expr) => {
+        impl $crate::db::dialect::Driver for $db {
+            const DIALECT: &'static $crate::db::dialect::Dialect = $dialect;
+
+            type Tx = sqlx::Transaction<'static, $db>;
+
+            fn begin(
+                pool: &sqlx::Pool<$db>,
+                begin: &'static str,
+            ) -> impl std::future::Future<Output = sqlx::Result<Self::Tx>> + Send {
+                pool.begin_with(begin)
+            }
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use sqlx_driver;
 
 /// The dialect of the driver behind any sqlx value typed by it (a pool, a transaction).
 pub(crate) fn dialect_of<DB: Driver, T: ?Sized + TypedBy<DB>>(_: &T) -> &'static Dialect {

@@ -2,6 +2,8 @@
 //! e.g. the Prometheus exporter). Names are prefixed `leasehold_`; labels never carry resource names or
 //! keys, so the number of series stays fixed.
 //!
+//! Promise: every fence check, idempotency claim and inbox delivery is counted by its outcome under
+//! a fixed set of names and labels.
 //! Limit: without an installed recorder nothing is kept.
 
 /// Counter: fence checks by `backend` (`postgres`, `sqlite`, `redis`) and `outcome` (`accepted`,

@@ -12,6 +12,12 @@
 //! DDL commits implicitly), and keeps the table layout that databases migrated by earlier versions
 //! already have. Which migrator, lock and record table a backend uses is in its
 //! [`Dialect`](super::dialect::Dialect).
+//!
+//! Promise: concurrent callers apply each pending migration once, all of them in one transaction where
+//! the backend allows it (PostgreSQL, SQLite), in version order; a migration already applied whose
+//! text changed is refused, never applied again.
+//! Limit: on MariaDB/MySQL DDL commits implicitly, so a failure midway leaves the migrations before it
+//! applied (each is written to be safe to repeat); migrations are only ever added, never rolled back.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;

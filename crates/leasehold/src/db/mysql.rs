@@ -9,6 +9,11 @@
 //! "insert unless the key exists"; an `ON DUPLICATE KEY UPDATE` that keeps the larger fence, then a
 //! locking read (`FOR UPDATE`, which reads the last committed row, not the transaction's snapshot);
 //! DDL commits implicitly, so migrations are serialised by `GET_LOCK` and each is safe to repeat.
+//!
+//! Promise: the guards' statements mean on MariaDB/MySQL what they mean on PostgreSQL: the same
+//! rows locked, the same fence kept, the same duplicate refused.
+//! Limit: what InnoDB promises at its settings: a server with `innodb_flush_log_at_trx_commit` other
+//! than 1, or an asynchronous replica promoted, can lose the last commits, guards' rows included.
 
 use std::future::Future;
 use std::str::FromStr;

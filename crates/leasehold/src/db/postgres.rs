@@ -1,13 +1,17 @@
 //! The PostgreSQL backend of [`Database`]: connecting (with an optional schema of its own) and the
 //! dialect. Writers wait on row locks; DDL is transactional, so a migration commits whole or not at all.
+//!
+//! Promise: with a schema, every connection of the pool works in that schema alone (created once), so
+//! two applications (or two tests) in one database never see each other's tables.
+//! Limit: what PostgreSQL has committed is what it keeps: a failover to an asynchronous standby or a
+//! restore from a backup can lose the last commits, guards' rows included.
 
-use std::future::Future;
 use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgConnection, Postgres};
 
-use super::dialect::{Dialect, Driver};
+use super::dialect::Dialect;
 use super::tx::{Conn, TxInner};
 use super::{check_identifier, Backend, Database, DatabaseBuilder, Pool};
 use crate::{Error, Result};
@@ -33,18 +37,7 @@ pub(crate) static DIALECT: Dialect = Dialect {
     transactional_ddl: true,
 };
 
-impl Driver for Postgres {
-    const DIALECT: &'static Dialect = &DIALECT;
-
-    type Tx = sqlx::Transaction<'static, Postgres>;
-
-    fn begin(
-        pool: &sqlx::PgPool,
-        begin: &'static str,
-    ) -> impl Future<Output = sqlx::Result<Self::Tx>> + Send {
-        pool.begin_with(begin)
-    }
-}
+super::dialect::sqlx_driver!(Postgres, &DIALECT);
 
 /// Opens the pool; with a schema, creates it once and puts it alone on every connection's path.
 pub(super) async fn connect(b: DatabaseBuilder) -> Result<Database> {

@@ -1,13 +1,17 @@
 //! The SQLite backend of [`Database`]: a file in WAL mode (or one in-memory connection), writers that
 //! queue on `BEGIN IMMEDIATE` and a busy timeout, and the dialect.
+//!
+//! Promise: writers of one file run one at a time (each transaction holds the write lock from its
+//! `BEGIN IMMEDIATE`), so a guard's read-then-write is never interleaved with another's.
+//! Limit: one machine: a file shared over a network file system gets no such promise; a writer waits at
+//! most the busy timeout, then fails.
 
-use std::future::Future;
 use std::str::FromStr;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::Sqlite;
 
-use super::dialect::{Dialect, Driver};
+use super::dialect::Dialect;
 use super::tx::{Conn, TxInner};
 use super::{Backend, Database, DatabaseBuilder, Pool};
 use crate::{Error, Result};
@@ -31,18 +35,7 @@ pub(crate) static DIALECT: Dialect = Dialect {
     transactional_ddl: true,
 };
 
-impl Driver for Sqlite {
-    const DIALECT: &'static Dialect = &DIALECT;
-
-    type Tx = sqlx::Transaction<'static, Sqlite>;
-
-    fn begin(
-        pool: &sqlx::SqlitePool,
-        begin: &'static str,
-    ) -> impl Future<Output = sqlx::Result<Self::Tx>> + Send {
-        pool.begin_with(begin)
-    }
-}
+super::dialect::sqlx_driver!(Sqlite, &DIALECT);
 
 /// Opens the pool: WAL and `synchronous = NORMAL` for a file, one connection kept for memory.
 pub(super) async fn connect(b: DatabaseBuilder) -> Result<Database> {

@@ -1,5 +1,10 @@
 //! [`Tx`], the one transaction type of the SQL guards and the caller's writes, its typed connection
 //! [`Conn`], the portable parameters [`Param`] and the [`with_conn!`](crate::with_conn) macro.
+//!
+//! Promise: a [`Tx`] is committed only by [`Tx::commit`]: dropped, returned with `?` or cancelled,
+//! it rolls back, so a guard's row and the caller's writes land together or not at all.
+//! Limit: a commit cut off before its reply may or may not have landed (see [`Tx::commit`]'s cancel
+//! safety); what a transaction sees of others is the backend's default isolation.
 
 use sqlx::{AssertSqlSafe, SqlSafeStr};
 

@@ -1,5 +1,10 @@
 //! Fenced writes to values kept in Redis: one Lua script compares the presented fence with the one
 //! stored beside the value and refuses an older writer.
+//!
+//! Promise: once a writer with fence `n` has set a key, no writer with a fence `< n` sets it; the
+//! compare and the write are one script, so no other command runs between them.
+//! Limit: the data and its fence live in the same Redis and share its durability: a restart without
+//! persistence or a failover that lost the write forgets both (and a stale writer may then write).
 
 use std::sync::LazyLock;
 
@@ -71,7 +76,10 @@ pub enum RedisWrite<'a> {
 /// # Ok(()) }
 /// ```
 ///
-/// Cancel safety: if dropped after the script was sent, the write may or may not have happened.
+/// # Cancel safety
+///
+/// If dropped after the script was sent, the write may or may not have happened (with the fence
+/// checked either way: a stale writer's write never lands).
 pub async fn redis_fenced_set<C>(
     conn: &mut C,
     key: &FencedKey,

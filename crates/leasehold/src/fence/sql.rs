@@ -1,5 +1,9 @@
 //! Fenced writes on the SQL backends: one upsert into `leasehold_fences` inside the caller's
 //! transaction. This module sits above [`crate::db`]: the database knows nothing of fences.
+//!
+//! Promise: once a transaction with fence `n` for a resource has committed, no transaction with a
+//! fence `< n` for it commits; the check holds the resource's row (or the database) until commit.
+//! Limit: only writes made in that transaction are protected; the same fence twice is accepted.
 
 use super::Fence;
 use crate::db::{

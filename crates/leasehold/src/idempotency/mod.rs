@@ -54,6 +54,34 @@ pub struct Response {
 }
 
 /// Where idempotency keys live, and the two times that govern them.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use leasehold::db::Database;
+/// use leasehold::idempotency::IdempotencyStore;
+///
+/// let db = Database::connect("sqlite::memory:").await?;
+/// db.migrate().await?;
+/// let store = IdempotencyStore::new(db);
+/// let first = store
+///     .run("client-a", "order-1", b"POST /orders", |_tx| {
+///         // The work's writes go in `_tx`, committed with the stored response.
+///         Box::pin(async { Ok(b"order 17 created".to_vec()) })
+///     })
+///     .await?;
+/// // The retry of the same request replays the response without running the work.
+/// let retry = store
+///     .run("client-a", "order-1", b"POST /orders", |_tx| {
+///         Box::pin(async { unreachable!("not run twice") })
+///     })
+///     .await?;
+/// assert!(!first.replayed && retry.replayed);
+/// assert_eq!(retry.body, first.body);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct IdempotencyStore {
     /// The database holding `leasehold_idempotency_keys`.
@@ -179,6 +207,13 @@ impl IdempotencyStore {
     ///
     /// If `work` fails, its transaction rolls back, the key is released at once, and the error is
     /// returned; a retry runs the work again.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`begin`](Self::begin) then [`Attempt::finish`]: dropped while `work` runs, its transaction
+    /// rolls back and the key stays claimed by this attempt until the lock timeout, after which a retry
+    /// takes it over; dropped while the final commit is in flight, the response may or may not be
+    /// stored.
     pub async fn run<F>(&self, scope: &str, key: &str, request: &[u8], work: F) -> Result<Response>
     where
         F: for<'t> FnOnce(&'t mut Tx) -> BoxFuture<'t, Result<Vec<u8>>> + Send,
@@ -204,6 +239,12 @@ impl IdempotencyStore {
     /// Errors: [`Error::IdempotencyKeyReused`] if the key was used with another request,
     /// [`Error::IdempotencyInProgress`] if another attempt owns it and its lock has not timed out,
     /// [`Error::Invalid`] for an empty key or scope or one over 255 bytes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe until its transaction commits: dropped before, nothing is claimed. Dropped while
+    /// the commit is in flight, the key may be claimed by an attempt nobody holds: a retry gets
+    /// [`Error::IdempotencyInProgress`] until the lock timeout, then takes the key over.
     pub async fn begin(&self, scope: &str, key: &str, request: &[u8]) -> Result<Begun> {
         let args = self.validate(scope, key, request)?;
         let mut attempt = 0;
@@ -361,6 +402,11 @@ impl IdempotencyStore {
 
     /// Deletes keys older than the retention (completed ones, and abandoned ones whose lock has
     /// expired); returns how many. Keys still owned by a running attempt are kept.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before its commit, nothing is deleted; during it, the keys may or may not
+    /// be deleted (a later purge deletes them).
     pub async fn purge(&self) -> Result<u64> {
         let mut tx = self.db.begin().await?;
         let now = tx.now_ms().await?;
@@ -407,6 +453,13 @@ impl Attempt {
     ///
     /// Fails with [`Error::IdempotencyInProgress`] (and runs nothing) if another attempt took the key
     /// over because this one exceeded the lock timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped before the step's commit, the step's transaction rolls back (its writes and its recovery
+    /// point with it) and the key stays claimed until the lock timeout, after which a retry takes it
+    /// over and runs this step again. Dropped while the commit is in flight, the step may or may not be
+    /// recorded done.
     pub async fn step<F>(&mut self, name: &str, work: F) -> Result<bool>
     where
         F: for<'t> FnOnce(&'t mut Tx) -> BoxFuture<'t, Result<()>> + Send,
@@ -440,6 +493,12 @@ impl Attempt {
 
     /// Runs the last step, whose result is the response: stored in the same transaction, which
     /// completes the key. Returns the response.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`step`](Self::step): dropped before the commit, nothing of the last step is stored and a
+    /// retry takes the key over after the lock timeout; during the commit, the response may or may not
+    /// be stored.
     pub async fn finish<F>(mut self, work: F) -> Result<Vec<u8>>
     where
         F: for<'t> FnOnce(&'t mut Tx) -> BoxFuture<'t, Result<Vec<u8>>> + Send,

@@ -35,6 +35,24 @@ pub enum Delivery {
 }
 
 /// The inbox of one consumer: message ids it has applied.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use leasehold::db::Database;
+/// use leasehold::inbox::Inbox;
+///
+/// let db = Database::connect("sqlite::memory:").await?;
+/// db.migrate().await?;
+/// let inbox = Inbox::new("billing")?;
+/// // The message's effect is written in `_tx`, in the same transaction as its id.
+/// let first = inbox.process(&db, "msg-1", |_tx| Box::pin(async { Ok(1) })).await?;
+/// let redelivered = inbox.process(&db, "msg-1", |_tx| Box::pin(async { Ok(1) })).await?;
+/// assert_eq!((first, redelivered), (Some(1), None));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Inbox {
     /// Who consumes; the same message id may be applied once per consumer.
@@ -59,6 +77,12 @@ impl Inbox {
     /// [`Delivery::Duplicate`]: an earlier delivery committed; skip. If another delivery of the same
     /// message is in flight, this waits for it (PostgreSQL row lock, SQLite write lock) and then
     /// answers by its outcome.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe for `tx`: dropped before the database answered, the message may or may not
+    /// be recorded in the transaction; drop `tx` too (it rolls back, undoing it). Nothing is committed
+    /// by this call.
     pub async fn record(&self, tx: &mut Tx, message_id: &str) -> Result<Delivery> {
         check_key("message id", message_id)?;
         let now = tx.now_ms().await?;
@@ -89,6 +113,12 @@ impl Inbox {
     /// Begins a transaction, records the message, runs `apply` in it if this is the first delivery,
     /// and commits. Returns `Some(result)` when applied, `None` for a duplicate. If `apply` fails,
     /// nothing is recorded and the error is returned (the redelivery will run it again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe until the commit: dropped before it, the transaction rolls back, so neither the
+    /// message nor `apply`'s writes are recorded and the redelivery runs it again. Dropped while the
+    /// commit is in flight, both or neither were committed (see [`Tx::commit`]).
     pub async fn process<T, F>(
         &self,
         db: &Database,

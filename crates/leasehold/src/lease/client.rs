@@ -348,6 +348,18 @@ impl LeaseClient {
 
     /// Connects with the default settings.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// let client = leasehold::LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+    /// let opts = leasehold::LeaseOptions::default();
+    /// let lease = client.try_acquire("doc-connect", &opts).await?;
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`LeaseClientBuilder::connect`].
@@ -493,6 +505,23 @@ impl LeaseClient {
     /// Tries once: the lease, or [`Error::Busy`] with how long the holder's lease still runs. One
     /// round trip on Redis.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// use leasehold::{Error, LeaseClient, LeaseOptions};
+    ///
+    /// let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+    /// let opts = LeaseOptions::default();
+    /// let lease = client.try_acquire("doc-try-acquire", &opts).await?;
+    /// // A second try while it is held is refused at once.
+    /// let again = client.try_acquire("doc-try-acquire", &opts).await;
+    /// assert!(matches!(again, Err(Error::Busy { .. })));
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Busy`]; [`Error::Invalid`] for a bad name (nothing sent); [`Error::Store`] or
@@ -561,6 +590,31 @@ impl LeaseClient {
     /// [`MAX_WAIT`]. Transient store failures while waiting (a dropped connection, a
     /// restart) are retried within the bound after a short jittered pause, keeping the place in the
     /// queue.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// use std::time::Duration;
+    /// use leasehold::{LeaseClient, LeaseOptions};
+    ///
+    /// let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+    /// let opts = LeaseOptions::with_ttl(Duration::from_secs(5))?;
+    /// let first = client.try_acquire("doc-acquire", &opts).await?;
+    /// // Wait for the lease: woken by the release, not by polling.
+    /// let waiter = {
+    ///     let (client, opts) = (client.clone(), opts.clone());
+    ///     tokio::spawn(async move {
+    ///         client.acquire("doc-acquire", &opts, Duration::from_secs(5)).await
+    ///     })
+    /// };
+    /// first.release().await?;
+    /// let second = waiter.await.expect("the waiter ran")?;
+    /// assert!(second.fence() > leasehold::Fence::new(0));
+    /// second.release().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -715,18 +769,23 @@ impl LeaseClient {
     /// form of [`acquire`](Self::acquire) + [`Lease::lost`] + [`Lease::release`], like
     /// node-redlock's `using`.
     ///
-    /// ```no_run
-    /// # async fn example(client: leasehold::LeaseClient) -> leasehold::Result<()> {
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main]
+    /// # async fn main() -> leasehold::Result<()> {
+    /// # let client = leasehold::LeaseClient::connect("redis://127.0.0.1:6379/").await?;
     /// use std::time::Duration;
     /// let opts = leasehold::LeaseOptions::default();
     /// let rows = client
-    ///     .with_lease("nightly-report", &opts, Duration::from_secs(5), async |lease| {
+    ///     .with_lease("doc-with-lease", &opts, Duration::from_secs(5), async |lease| {
     ///         // Present lease.fence() to every resource the work writes to.
     ///         let _fence = lease.fence();
     ///         42
     ///     })
     ///     .await?;
-    /// # let _ = rows; Ok(()) }
+    /// assert_eq!(rows, 42);
+    /// # Ok(()) }
     /// ```
     ///
     /// # Errors

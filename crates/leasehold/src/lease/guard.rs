@@ -22,6 +22,27 @@ use crate::lease::{metrics, StoreKind};
 
 /// A held lease. Renewed in the background while alive; [`release`](Self::release) it explicitly.
 /// Dropping it without release hands the release to a background task (Drop does no I/O in place).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> leasehold::Result<()> {
+/// use std::time::Duration;
+/// use leasehold::{LeaseClient, LeaseOptions};
+///
+/// # async fn write_report(_fence: leasehold::Fence) {}
+/// let client = LeaseClient::connect("redis://127.0.0.1:6379/").await?;
+/// let opts = LeaseOptions::with_ttl(Duration::from_secs(5))?;
+/// let lease = client.acquire("doc-lease", &opts, Duration::from_secs(5)).await?;
+/// let lost = lease.lost();
+/// tokio::select! {
+///     // The fence goes to the resource, which refuses this holder once it is superseded.
+///     () = write_report(lease.fence()) => lease.release().await?,
+///     reason = lost.fired() => eprintln!("stopped: {reason}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[must_use = "a lease is released when dropped; hold it for the critical section"]
 #[derive(Debug)]
 pub struct Lease {

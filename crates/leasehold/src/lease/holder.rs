@@ -10,18 +10,13 @@
 //! has none, a semaphore's permits keep no record, and `list` reads one record per held name (one
 //! more request each).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::error::{Error, Result};
 use crate::fence::Fence;
+use crate::lease::recorded::{self, is_holders, unix_ms};
 use crate::lease::store::LeaseInfo;
 
 /// Longest holder label, in bytes.
 pub const MAX_HOLDER_LABEL: usize = 128;
-
-/// How much of the holder's token a record keeps: enough to tell holders apart, far from enough to
-/// act as one.
-pub(crate) const TAG_LEN: usize = 12;
 
 /// Who holds a name, as its holder announced it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -46,26 +41,10 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        serde_json::from_slice::<Record>(bytes).ok()
-    }
-
-    /// Whether this record is the current holder's: by token where the store names holders, else
-    /// by fence (every store's fence for a held lock is its holder's).
+    /// Whether this record is the current holder's ([`is_holders`]).
     pub(crate) fn is_of(&self, info: &LeaseInfo) -> bool {
-        match info.holders.first() {
-            Some(h) => self.tag.len() == TAG_LEN && h.token.starts_with(&self.tag),
-            None => info.fence == Some(Fence::new(self.term)),
-        }
+        is_holders(info, self.term, &self.tag)
     }
-}
-
-/// Milliseconds since the Unix epoch, by this process's clock.
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// This machine's host name, as the operating system gives it (`gethostname(2)` on Unix,
@@ -110,7 +89,7 @@ pub(crate) fn encode(label: &str, fence: Fence, token: &str) -> Vec<u8> {
         term: fence.get(),
         holder: label.to_owned(),
         since_unix_ms: unix_ms(),
-        tag: token.chars().take(TAG_LEN).collect(),
+        tag: recorded::tag(token),
     };
     let mut v = serde_json::to_value(&rec).unwrap_or_default();
     if let Some(o) = v.as_object_mut() {
@@ -121,7 +100,7 @@ pub(crate) fn encode(label: &str, fence: Fence, token: &str) -> Vec<u8> {
 
 /// Fills `info.holder` from the note `note`, when it is the current holder's.
 pub(crate) fn fill(info: &mut LeaseInfo, note: Option<&[u8]>) {
-    let Some(rec) = note.and_then(Record::decode) else {
+    let Some(rec) = note.and_then(recorded::decode::<Record>) else {
         return;
     };
     if info.held && info.permits <= 1 && rec.is_of(info) {

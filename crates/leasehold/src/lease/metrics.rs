@@ -5,6 +5,8 @@
 //! [`describe`] gives every metric its help text and puts each counter at 0 for every label value it
 //! can take; [`WAIT_BUCKETS`] and [`HOLD_BUCKETS`] are the histogram buckets an exporter should use.
 //!
+//! Promise: every acquire, renewal, loss and release is counted or timed under a fixed set of names,
+//! whichever store is used.
 //! Limit: without an installed recorder nothing is kept.
 
 use std::time::Duration;

@@ -50,7 +50,9 @@
 //! implements, and the stores: `store::redis` (one server, Sentinel, Cluster), `store::redlock`
 //! over several independent masters, opened with [`LeaseClient::redlock`], `store::postgres` and
 //! `store::etcd`; `docs/stores.md` compares them). [`options`] and `names` say what is accepted;
-//! [`metrics`] names what is measured.
+//! [`metrics`] names what is measured. `recorded` pairs a held lease with the typed record its
+//! holder keeps beside it (its note): what an election's leader, a scheduled slot's run and a
+//! [`holder`] label share (the codec, the rule matching a record to the current holder, the clock).
 
 // With no store compiled in, the core is still there (and documented) but nothing constructs what
 // only a store builds.
@@ -72,6 +74,7 @@ pub mod holder;
 pub mod metrics;
 pub(crate) mod names;
 pub mod options;
+pub(crate) mod recorded;
 pub mod signal;
 pub(crate) mod state;
 pub mod store;

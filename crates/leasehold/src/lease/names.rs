@@ -1,5 +1,10 @@
 //! What a lease name may be, the same for every store, so that a name that works with one store works
 //! with all of them.
+//!
+//! Promise: a name accepted here is accepted by every store (the same bytes, the same key layout rule),
+//! and one refused is refused before anything is sent, with a message that says why.
+//! Limit: names are compared as bytes: `Job` and `job` are two leases; nothing reserves a name for one
+//! application (share a store between applications with a key prefix).
 
 use crate::error::{Error, Result};
 

@@ -4,6 +4,8 @@
 //! name's queue in Redis and blocks on its own wake list until a release hands it the lease; a step blocks no longer than the holder's remaining TTL plus jitter, so
 //! that an expiry (a crashed holder) is noticed too.
 //!
+//! Promise: the tasks of one client waiting for one name are served in the order they came, and only
+//! the first of them talks to the store.
 //! Limit: this queue orders the tasks of one client; across clients the store's queue decides (Redis:
 //! arrival order). `try_acquire` does not queue, and on Redis it does not jump a non-empty queue either.
 

@@ -26,6 +26,9 @@
 //!   paused job's slots are recorded `skipped`, and each such slot writes the flag again, so it
 //!   outlives the store's retention while any daemon runs.
 //!
+//! Promise: each slot of a job runs on at most one replica at a time and is recorded (`done`, `failed`,
+//! `lost`, `missed`, `skipped`) beside its lease, by the rules of [`claim`]; the
+//! policies above decide late, missed and overlapping slots the same way on every replica.
 //! Limit: the store is the record; a store that forgets (a Redis without persistence, the retention
 //! passing) forgets history and pauses, and a slot may then run again. Under `allow`, a run longer
 //! than the period overlaps the next one. A store without a clock (etcd, Redlock) makes each replica
@@ -97,6 +100,7 @@ use super::clock::StoreClock;
 use super::when::When;
 use super::{claim, finish_with, mark, Claim, Outcome, Slot, SlotRecord};
 use crate::error::{Error, Result};
+use crate::lease::recorded;
 use crate::lease::{Lease, LeaseClient, LeaseOptions};
 
 /// What to do with the slots that passed while every replica was down.
@@ -368,9 +372,7 @@ async fn write_pause(client: &LeaseClient, job: &str, paused: bool, by: &str) ->
         by: by.to_owned(),
         at_unix_ms: super::clock::local_ms(),
     };
-    let written = lease
-        .write_note(&serde_json::to_vec(&note).unwrap_or_default())
-        .await;
+    let written = recorded::write(&lease, &note).await;
     let released = lease.release().await;
     written?;
     released
@@ -384,11 +386,9 @@ async fn refresh_pause(client: &LeaseClient, job: &str) -> Result<()> {
     let lease = client
         .acquire(&pause_name(job), &opts, Duration::from_secs(10))
         .await?;
-    let written = match client.read_note(&pause_name(job)).await {
-        Ok(Some(note)) if serde_json::from_slice::<PauseNote>(&note).is_ok_and(|n| n.paused) => {
-            lease.write_note(&note).await
-        }
-        Ok(_) => Ok(()),
+    let written = match recorded::read(client, &pause_name(job), |n: &PauseNote| n.paused).await {
+        Ok(Some(note)) => recorded::write(&lease, &note).await,
+        Ok(None) => Ok(()),
         Err(e) => Err(e),
     };
     let released = lease.release().await;
@@ -433,11 +433,8 @@ pub async fn resume(client: &LeaseClient, job: &str, by: &str) -> Result<()> {
 ///
 /// Cancel safe: it only reads.
 pub async fn paused(client: &LeaseClient, job: &str) -> Result<Option<String>> {
-    let note = client.read_note(&pause_name(job)).await?;
-    Ok(note
-        .and_then(|b| serde_json::from_slice::<PauseNote>(&b).ok())
-        .filter(|n| n.paused)
-        .map(|n| n.by))
+    let note = recorded::read(client, &pause_name(job), |n: &PauseNote| n.paused).await?;
+    Ok(note.map(|n| n.by))
 }
 
 impl Scheduler {

@@ -138,6 +138,12 @@ impl StateMachine {
     /// [`Error::IllegalTransition`] (not declared; nothing is sent to the database),
     /// [`Error::NotFound`] (no such row), [`Error::TransitionRace`] (the row is no longer in `from`;
     /// `actual` tells where it is).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe for `tx`: dropped before the database answered, the statement may or may not
+    /// have run inside the transaction; drop `tx` too (it rolls back, undoing it). Nothing is committed
+    /// by this call.
     pub async fn transition(&self, tx: &mut Tx, id: Param<'_>, from: &str, to: &str) -> Result<()> {
         self.apply(tx, id, from, to, None).await.map(|_| ())
     }
@@ -145,6 +151,12 @@ impl StateMachine {
     /// Like [`StateMachine::transition`], and also requires the version column to hold
     /// `expected_version`; returns the new version. A version mismatch is
     /// [`Error::TransitionRace`] naming the versions.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe for `tx`: dropped before the database answered, the statement may or may not
+    /// have run inside the transaction; drop `tx` too (it rolls back, undoing it). Nothing is committed
+    /// by this call.
     pub async fn transition_versioned(
         &self,
         tx: &mut Tx,
@@ -241,7 +253,7 @@ impl StateMachine {
         // Checked identifiers (`check_identifier`), the id bound.
         let sql = tx.dialect().sql(sql);
         let row: Option<(String, Option<i64>)> = crate::with_conn!(tx, |c| {
-            let q = bind_one(sqlx::query(sql), id);
+            let q = id.bind(sqlx::query(sql));
             match q.fetch_optional(c).await {
                 Ok(Some(r)) => {
                     use sqlx::Row;
@@ -279,30 +291,6 @@ impl StateMachine {
                 ),
             },
         })
-    }
-}
-
-/// Binds one [`Param`] to a query of either backend.
-fn bind_one<'q, DB>(
-    q: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
-    p: Param<'q>,
-) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
-where
-    DB: sqlx::Database,
-    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    f64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    &'q [u8]: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    match p {
-        Param::I64(v) => q.bind(v),
-        Param::F64(v) => q.bind(v),
-        Param::Text(v) => q.bind(v),
-        Param::Bytes(v) => q.bind(v),
-        Param::Bool(v) => q.bind(v),
-        Param::Null => q.bind(None::<&str>),
     }
 }
 
@@ -356,6 +344,12 @@ impl Stock {
     /// a reservation (with an optional `reference`, e.g. the order id) in the same transaction.
     /// Errors: [`Error::Insufficient`] (nothing taken), [`Error::NotFound`], [`Error::Invalid`] for a
     /// zero or negative quantity.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe for `tx`: dropped before the database answered, the update and its reservation may or may not
+    /// have run inside the transaction; drop `tx` too (it rolls back, undoing it). Nothing is committed
+    /// by this call.
     pub async fn reserve(
         &self,
         tx: &mut Tx,
@@ -387,7 +381,7 @@ impl Stock {
             // Checked identifiers (`check_identifier`), the id bound.
             let available_sql = tx.dialect().sql(available_sql);
             let available = crate::with_conn!(tx, |c| {
-                bind_one(sqlx::query(available_sql), id)
+                id.bind(sqlx::query(available_sql))
                     .fetch_optional(c)
                     .await
                     .and_then(|row| {

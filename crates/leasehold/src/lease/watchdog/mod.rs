@@ -13,6 +13,8 @@
 //! (one lock of an uncontended mutex each), however often they repeat. The task takes everything
 //! parked each time it wakes.
 //!
+//! Promise: a lease's lost signal fires at its deadline by this process's clock even when the store
+//! hangs; a dropped lease is released in the background, never in `Drop`.
 //! Limit: it runs on the tokio runtime; a process (or runtime) that is stalled cannot renew, and the
 //! lease then expires in the store. The lost signal fires when the runtime runs again.
 

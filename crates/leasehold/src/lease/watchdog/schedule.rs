@@ -230,6 +230,24 @@ mod tests {
             .unwrap()
     }
 
+    /// One lease (TTL 900 ms, renewed every 300) watched from now.
+    fn one_watched() -> (Instant, Schedule, Arc<LeaseState>) {
+        let t0 = Instant::now();
+        let mut s = Schedule::default();
+        let st = Arc::new(state(1, opts(900, 300), t0));
+        s.watch(st.clone());
+        (t0, s, st)
+    }
+
+    /// [`one_watched`] at its first renewal: sent now, 300 ms in.
+    async fn one_renewing() -> (Instant, Schedule, Arc<LeaseState>, Instant) {
+        let (t0, mut s, st) = one_watched();
+        tokio::time::advance(ms(300)).await;
+        let sent = Instant::now();
+        s.due(sent);
+        (t0, s, st, sent)
+    }
+
     fn ids(v: &[Arc<LeaseState>]) -> Vec<u64> {
         let mut ids: Vec<u64> = v.iter().map(|s| s.id).collect();
         ids.sort();
@@ -238,10 +256,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn renews_on_its_period_and_extends_from_the_send_time() {
-        let t0 = Instant::now();
-        let mut s = Schedule::default();
-        let st = Arc::new(state(1, opts(900, 300), t0));
-        s.watch(st.clone());
+        let (t0, mut s, st) = one_watched();
         assert_eq!(s.next_wake(), Some(t0 + ms(300)));
         tokio::time::advance(ms(299)).await;
         assert!(s.due(Instant::now()).is_empty());
@@ -259,10 +274,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_hung_store_cannot_delay_the_loss() {
-        let t0 = Instant::now();
-        let mut s = Schedule::default();
-        let st = Arc::new(state(1, opts(900, 300), t0));
-        s.watch(st.clone());
+        let (t0, mut s, st) = one_watched();
         tokio::time::advance(ms(300)).await;
         assert_eq!(s.due(Instant::now()).len(), 1);
         // The renewal never comes back. At the deadline (900 - 10 drift) the signal fires.
@@ -278,13 +290,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failed_renewal_is_retried_at_a_quarter_period() {
-        let t0 = Instant::now();
-        let mut s = Schedule::default();
-        let st = Arc::new(state(1, opts(900, 300), t0));
-        s.watch(st.clone());
-        tokio::time::advance(ms(300)).await;
-        let sent = Instant::now();
-        s.due(sent);
+        let (t0, mut s, st, sent) = one_renewing().await;
         tokio::time::advance(ms(20)).await;
         let t = s.settle(sent, Instant::now(), None, [(1, Renewed::Failed)]);
         assert_eq!(t.failed, 1);
@@ -305,13 +311,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_fast_store_clock_brings_the_deadline_and_the_next_renewal_forward() {
-        let t0 = Instant::now();
-        let mut s = Schedule::default();
-        let st = Arc::new(state(1, opts(900, 300), t0));
-        s.watch(st.clone());
-        tokio::time::advance(ms(300)).await;
-        let sent = Instant::now();
-        s.due(sent);
+        let (_, mut s, st, sent) = one_renewing().await;
         let twice = ClockRate {
             mid: 2.0,
             high: 2.0,
@@ -331,13 +331,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn not_ours_fires_at_once_and_stops_watching() {
-        let t0 = Instant::now();
-        let mut s = Schedule::default();
-        let st = Arc::new(state(1, opts(900, 300), t0));
-        s.watch(st.clone());
-        tokio::time::advance(ms(300)).await;
-        let sent = Instant::now();
-        s.due(sent);
+        let (_, mut s, st, sent) = one_renewing().await;
         s.settle(sent, sent, None, [(1, Renewed::Lost(LostReason::NotOurs))]);
         assert_eq!(st.signal.reason(), Some(LostReason::NotOurs));
         assert_eq!((s.len(), s.next_wake()), (0, None));

@@ -259,6 +259,16 @@ pub(crate) struct ElectArgs {
     pub(crate) command: Vec<OsString>,
 }
 
+impl ElectArgs {
+    /// How long each campaign waits: none under `-n`, else `--wait`, else as long as it takes.
+    pub(crate) fn wait(&self) -> Duration {
+        match (self.no_wait, self.wait) {
+            (true, _) => Duration::ZERO,
+            (false, wait) => wait.unwrap_or(Duration::MAX),
+        }
+    }
+}
+
 /// `run --on-suspect`: what a suspect lease does to the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum OnSuspect {

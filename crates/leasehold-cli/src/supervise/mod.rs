@@ -24,7 +24,7 @@
 //! Work that must not overlap has to present `LEASEHOLD_FENCE` to a fenced resource. A `kill -9`
 //! aimed at both `run` and its watcher leaves the command running.
 //!
-//! Rooms: [`signals`] (what is passed on, and a signal before the command started), [`watch`] (the
+//! Rooms: [`terms`] (what a command asks, how the command ended), [`signals`] (what is passed on, and a signal before the command started), [`watch`] (the
 //! running command watched, the stop before hand-over, the fallback without a watcher), [`release`]
 //! (the release after it), [`watcher`] (the command's parent process), [`setup`] (the grace that
 //! fits the lease, the listener; before connecting), [`hooks`] (`elect --on-lead`/`--on-lose`).
@@ -33,65 +33,22 @@ pub(crate) mod hooks;
 mod release;
 pub(crate) mod setup;
 pub(crate) mod signals;
+mod terms;
 mod watch;
 pub(crate) mod watcher;
 
-use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::time::Duration;
 
 use leasehold::{Fence, Lease};
 use nix::unistd::Pid;
 
-use crate::cli::{OnSuspect, SuperviseArgs};
 use crate::exit;
 use release::release;
 pub(crate) use signals::{aborted, aborted_settled, Signals};
+pub(crate) use terms::{Ended, Supervised};
 use watch::{full_ttl_ahead, stop_without_watcher, Supervision, WatcherGone};
 use watcher::{Report, Watcher};
-
-/// What a command asks of the supervision, built by each command from its own arguments.
-#[derive(Debug, Clone)]
-pub(crate) struct Supervised<'a> {
-    /// The lease's name (a `cron` job's name): the command's `LEASEHOLD_NAME`, and what messages say.
-    pub(crate) name: &'a str,
-    /// The command and its arguments.
-    pub(crate) command: &'a [OsString],
-    /// The lease's TTL: the longest the store may keep it after the last renewal it accepted.
-    pub(crate) ttl: Duration,
-    /// The grace in force, between SIGTERM and SIGKILL.
-    pub(crate) grace: Duration,
-    /// The old stop rule (`--stop-at-deadline`): SIGTERM once the deadline passed.
-    pub(crate) stop_at_deadline: bool,
-    /// What a suspect lease does to the command.
-    pub(crate) on_suspect: OnSuspect,
-    /// Keep the lease at least this long after the command started (`run --min-hold`).
-    pub(crate) min_hold: Option<Duration>,
-    /// Say on stderr when the lease is released.
-    pub(crate) verbose: bool,
-}
-
-impl<'a> Supervised<'a> {
-    /// `name` and `command` supervised as `s` says (its grace as [`setup::prepare`] set it), with no
-    /// `--min-hold`.
-    pub(crate) fn new(
-        name: &'a str,
-        command: &'a [OsString],
-        s: &SuperviseArgs,
-        verbose: bool,
-    ) -> Self {
-        Supervised {
-            name,
-            command,
-            ttl: s.ttl,
-            grace: s.grace,
-            stop_at_deadline: s.stop_at_deadline,
-            on_suspect: s.on_suspect,
-            min_hold: None,
-            verbose,
-        }
-    }
-}
 
 /// The churn period, when the test knob is set to a duration.
 pub(crate) fn thread_churn() -> Option<Duration> {
@@ -110,16 +67,6 @@ pub(crate) async fn supervise(
 ) -> i32 {
     let ended = run_command(args, &lease, signals, env).await;
     finish(args, lease, ended).await
-}
-
-/// How the supervised command ended.
-pub(crate) enum Ended {
-    /// It could not be started or watched; the exit code to give.
-    Failed(i32),
-    /// The lease was lost (or became suspect under `--on-suspect stop`) and the command was stopped.
-    Lost,
-    /// It exited with this code (`None`: the watcher could not say).
-    Exited(Option<i32>),
 }
 
 /// Releases after the command ended (after `--min-hold`, when it ended sooner) and gives the exit

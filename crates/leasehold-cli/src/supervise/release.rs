@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leasehold::{Error, Lease};
 
-use super::Supervised;
+use super::terms::Supervised;
 use crate::duration::show;
 use crate::exit;
 

@@ -7,7 +7,7 @@
 
 use leasehold::{LeaseClient, LeaseOptions};
 
-use super::Signals;
+use super::signals::Signals;
 use crate::cli::SuperviseArgs;
 use crate::exit;
 

@@ -10,8 +10,8 @@ use nix::unistd::Pid;
 use tokio::time::Instant;
 
 use super::signals::Signals;
+use super::terms::{Ended, Supervised};
 use super::watcher::{self, Order, Report, Watcher};
-use super::{Ended, Supervised};
 use crate::cli::OnSuspect;
 use crate::duration::show;
 use crate::exit;

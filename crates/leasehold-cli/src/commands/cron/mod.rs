@@ -337,16 +337,9 @@ async fn daemon(args: &CronArgs, path: &Path, verbose: bool) -> i32 {
             return exit::SOFTWARE;
         }
     };
-    let names: Vec<&str> = jobs.iter().map(|j| j.job.name()).collect();
-    let served = match &args.health {
-        Some(addr) => match serve::Served::start(addr, &names) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("leasehold: cannot serve --health on {addr}: {e}; pick a free address");
-                return exit::USAGE;
-            }
-        },
-        None => None,
+    let served = match serve_health(args, &jobs) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let store = store_for(&args.store, &jobs);
     let holder = args
@@ -365,16 +358,7 @@ async fn daemon(args: &CronArgs, path: &Path, verbose: bool) -> i32 {
     if let Err(e) = sched.set_jobs(jobs.iter().map(|j| j.job.clone()).collect()) {
         return fail(&e);
     }
-    let (offset, error) = sched.clock().offset_ms();
-    eprintln!(
-        "leasehold: cron: {} job(s) from {}, as {holder}; clock: {}",
-        jobs.len(),
-        path.display(),
-        match sched.clock().source() {
-            ClockSource::Store => format!("the store's ({offset:+} ms from ours, ±{error} ms)"),
-            ClockSource::Local => "this replica's own (the store has none)".into(),
-        }
-    );
+    say_started(jobs.len(), path, &holder, &sched);
     if let Some(s) = &served {
         s.ready(jobs.len());
     }
@@ -395,6 +379,31 @@ async fn daemon(args: &CronArgs, path: &Path, verbose: bool) -> i32 {
     sched.drain().await;
     eprintln!("leasehold: cron: stopped");
     0
+}
+
+/// `--health`: the endpoints served from now on, or exit 2 for an address that cannot be bound.
+fn serve_health(args: &CronArgs, jobs: &[CronJob]) -> Result<Option<serve::Served>, i32> {
+    let Some(addr) = &args.health else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = jobs.iter().map(|j| j.job.name()).collect();
+    serve::Served::start(addr, &names).map(Some).map_err(|e| {
+        eprintln!("leasehold: cannot serve --health on {addr}: {e}; pick a free address");
+        exit::USAGE
+    })
+}
+
+/// The daemon's first line: its jobs, who it is, whose clock it reckons slots on.
+fn say_started(jobs: usize, path: &Path, holder: &str, sched: &Scheduler) {
+    let (offset, error) = sched.clock().offset_ms();
+    eprintln!(
+        "leasehold: cron: {jobs} job(s) from {}, as {holder}; clock: {}",
+        path.display(),
+        match sched.clock().source() {
+            ClockSource::Store => format!("the store's ({offset:+} ms from ours, ±{error} ms)"),
+            ClockSource::Local => "this replica's own (the store has none)".into(),
+        }
+    );
 }
 
 fn reload(path: &Path, runner: &CommandRunner, sched: &Scheduler) {

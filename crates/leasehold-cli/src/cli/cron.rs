@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::StoreArgs;
+use super::store::StoreArgs;
 use crate::listen::ListenAddr;
 
 /// `leasehold cron`.

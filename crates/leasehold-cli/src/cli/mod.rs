@@ -2,6 +2,7 @@
 //! here (durations, numbers, addresses) and for meaning by the library before anything touches Redis.
 
 mod cron;
+mod headings;
 mod read;
 mod store;
 mod supervise;
@@ -18,15 +19,6 @@ pub(crate) use read::MigrateArgs;
 pub(crate) use read::{HistoryArgs, LeaderArgs, ListArgs, ReleaseArgs, StatusArgs};
 pub(crate) use store::StoreArgs;
 pub(crate) use supervise::{ElectArgs, OnSuspect, RunArgs, SuperviseArgs};
-
-/// `--help`'s heading for the store's options.
-pub(crate) const STORE: &str = "Store";
-/// `--help`'s heading for the lease's options.
-pub(crate) const LEASE: &str = "Lease";
-/// `--help`'s heading for `run --once-per`'s options.
-pub(crate) const JOB: &str = "Scheduled job (--once-per)";
-/// `--help`'s heading for metrics and health endpoints.
-pub(crate) const MONITORING: &str = "Monitoring";
 
 /// Leases with fencing tokens, and proof of what they promise
 ///

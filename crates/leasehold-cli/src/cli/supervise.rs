@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{StoreArgs, JOB, LEASE, MONITORING};
+use super::headings::{JOB, LEASE, MONITORING};
+use super::store::StoreArgs;
 use crate::duration;
 use crate::listen::{self, ListenAddr};
 

@@ -15,7 +15,7 @@ use nix::sys::signal::{kill, killpg, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
-use super::{Order, Report, PDEATHSIG_KNOB, THREAD_CHURN_KNOB};
+use super::protocol::{Order, Report, PDEATHSIG_KNOB, THREAD_CHURN_KNOB};
 use crate::cli::WatcherArgs;
 use crate::exit;
 

@@ -7,7 +7,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::SocketAddr;
 use std::time::Duration;
 
-use super::{Order, Report};
+use super::protocol::{Order, Report};
 
 /// How long `run` waits for a freshly started watcher to connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

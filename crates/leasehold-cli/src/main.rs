@@ -2,41 +2,30 @@
 //! fault-injection verifier and the benchmarks. A thin layer over the `leasehold` and `leasehold-lab`
 //! crates.
 //!
-//! Layout: [`cli`] (clap definitions, and the command line with each subcommand's exit statuses),
-//! [`setup`] (what `run` and `elect` do before connecting: options, signals, the listener),
-//! [`command`] (the supervised command `run`, `run --once-per`, `elect` and `cron` share: the
-//! watcher, stopping it on a lost lease, the release), [`run`] (`leasehold run`), [`elect`]
-//! (`leasehold elect` and `leader`), [`once`] (`run --once-per` and `history`), [`cron`]
-//! (`leasehold cron`), [`watcher`] (the command's parent process, which stops it when `run` dies),
-//! [`health`] (`/healthz` and `/leader`), [`http`] (the one listener, `/metrics` beside them),
-//! [`prom`] (the Prometheus recorder and `--metrics-file`), [`listen`] (listen addresses),
-//! [`inspect`] (`status`, `list`, `release --force`), `migrate` (leasehold's tables in a database;
-//! with a database feature), [`man`] (the manual page), [`features`] (the stores a build has),
-//! [`envvars`] (options from `LEASEHOLD_*` variables), [`duration`] (human durations), [`exit`]
-//! (exit codes, in one table).
+//! Layout, from the top down: [`commands`] (one room per subcommand, and the dispatch), over
+//! [`supervise`] (the command under a lease that `run`, `run --once-per`, `elect` and `cron`
+//! share: signals, the watcher process, the stop before hand-over, the release, hooks), [`store`]
+//! (connecting, a library error's exit code) and [`output`] (the one JSON printer); [`cli`] (clap
+//! definitions, and the command line with each subcommand's exit statuses); [`health`] (`/healthz`
+//! and `/leader`), [`http`] (the one listener, `/metrics` beside them), [`prom`] (the Prometheus
+//! recorder and `--metrics-file`), [`listen`] (listen addresses), [`features`] (the stores a build
+//! has), [`envvars`] (options from `LEASEHOLD_*` variables), [`duration`] (human durations),
+//! [`exit`] (exit codes, in one table).
 #![forbid(unsafe_code)]
 
 mod cli;
-mod command;
-mod cron;
+mod commands;
 mod duration;
-mod elect;
 mod envvars;
 mod exit;
 mod features;
 mod health;
-mod hooks;
 mod http;
-mod inspect;
 mod listen;
-mod man;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-mod migrate;
-mod once;
+mod output;
 mod prom;
-mod run;
-mod setup;
-mod watcher;
+mod store;
+mod supervise;
 
 use clap::FromArgMatches;
 
@@ -76,26 +65,6 @@ pub(crate) fn colour_on_stderr() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// `completions` and `man`: generated from the clap definitions, printed to stdout.
-fn print_generated(command: &Command) -> Option<i32> {
-    let mut out = std::io::stdout().lock();
-    let written = match command {
-        Command::Completions(a) => {
-            clap_complete::generate(a.shell, &mut man::public_command(), "leasehold", &mut out);
-            Ok(())
-        }
-        Command::Man => man::render(&mut out),
-        _ => return None,
-    };
-    Some(match written {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("leasehold: cannot write to stdout: {e}");
-            exit::SOFTWARE
-        }
-    })
-}
-
 /// The command line, parsed; a usage error is printed (naming the environment variable a wrong
 /// value came from) and exits 2, `--help` and `--version` exit 0.
 fn parse() -> Cli {
@@ -115,58 +84,16 @@ fn parse() -> Cli {
     }
 }
 
-/// Runs a subcommand on the runtime; its exit code.
-async fn dispatch(command: Command, verbose: bool) -> anyhow::Result<i32> {
-    match command {
-        Command::Run(a) => Ok(run::run(a).await),
-        Command::Elect(a) => Ok(elect::elect(a).await),
-        Command::Leader(a) => Ok(elect::leader(a).await),
-        Command::History(a) => Ok(once::history(a).await),
-        Command::Cron(a) => Ok(cron::main(a, verbose).await),
-        Command::Status(a) => Ok(inspect::status(a).await),
-        Command::List(a) => Ok(inspect::list(a).await),
-        Command::Release(a) => Ok(inspect::release(a).await),
-        #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-        Command::Migrate(a) => Ok(migrate::migrate(a).await),
-        #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
-        Command::MigrateNotBuilt(_) => Ok(features::command_not_built(
-            "migrate",
-            &["postgres", "mysql", "sqlite"],
-        )),
-        #[cfg(not(feature = "lab"))]
-        Command::DemoNotBuilt(_) => Ok(features::command_not_built("demo", &["lab"])),
-        #[cfg(not(feature = "lab"))]
-        Command::VerifyNotBuilt(_) => Ok(features::command_not_built("verify", &["lab"])),
-        #[cfg(not(feature = "lab"))]
-        Command::BenchNotBuilt(_) => Ok(features::command_not_built("bench", &["lab"])),
-        #[cfg(feature = "lab")]
-        Command::Demo(a) => leasehold_lab::demo::run(a).await,
-        #[cfg(feature = "lab")]
-        Command::Verify(a) => leasehold_lab::verify::run(a).await,
-        #[cfg(feature = "lab")]
-        Command::Bench(a) => leasehold_lab::bench::run(a).await,
-        #[cfg(feature = "lab")]
-        Command::DemoWorker(a) => leasehold_lab::demo::run_worker(a).await,
-        #[cfg(feature = "lab")]
-        Command::VerifyWorker(a) => leasehold_lab::verify::run_worker(a).await,
-        #[cfg(feature = "lab")]
-        Command::BenchWorker(a) => leasehold_lab::bench::run_worker(a).await,
-        Command::RunWatcher(_) | Command::Completions(_) | Command::Man => {
-            unreachable!("handled before the runtime starts")
-        }
-    }
-}
-
 fn main() {
     let cli = parse();
-    if let Some(code) = print_generated(&cli.command) {
+    if let Some(code) = commands::man::print_generated(&cli.command) {
         std::process::exit(code);
     }
     init_tracing(cli.verbose, cli.quiet);
     let verbose = cli.verbose > 0;
     // The watcher is a small synchronous program: no runtime, no threads but its own.
     let command = match cli.command {
-        Command::RunWatcher(a) => std::process::exit(watcher::main(a)),
+        Command::RunWatcher(a) => std::process::exit(supervise::watcher::main(a)),
         Command::Run(mut a) => {
             a.verbose = cli.verbose > 0;
             Command::Run(a)
@@ -179,7 +106,7 @@ fn main() {
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
-    if let Some(every) = command::thread_churn() {
+    if let Some(every) = supervise::thread_churn() {
         builder.thread_keep_alive(every / 2);
     }
     let runtime = match builder.build() {
@@ -189,7 +116,7 @@ fn main() {
             std::process::exit(exit::SOFTWARE);
         }
     };
-    let result = runtime.block_on(dispatch(command, verbose));
+    let result = runtime.block_on(commands::dispatch(command, verbose));
     // `--metrics-file`: the last word, with the release counted.
     prom::write_file();
     // Do not wait for background tasks (a dropped lease's release is already sent or expires by TTL).

@@ -1,6 +1,8 @@
 //! The command line: clap definitions only, no behaviour. Promise: every argument is checked for form
 //! here (durations, numbers, addresses) and for meaning by the library before anything touches Redis.
 
+mod cron;
+mod headings;
 mod read;
 mod store;
 mod supervise;
@@ -11,20 +13,12 @@ use std::ffi::OsString;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+pub(crate) use cron::{CronArgs, CronCommand};
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub(crate) use read::MigrateArgs;
 pub(crate) use read::{HistoryArgs, LeaderArgs, ListArgs, ReleaseArgs, StatusArgs};
 pub(crate) use store::StoreArgs;
 pub(crate) use supervise::{ElectArgs, OnSuspect, RunArgs, SuperviseArgs};
-
-/// `--help`'s heading for the store's options.
-pub(crate) const STORE: &str = "Store";
-/// `--help`'s heading for the lease's options.
-pub(crate) const LEASE: &str = "Lease";
-/// `--help`'s heading for `run --once-per`'s options.
-pub(crate) const JOB: &str = "Scheduled job (--once-per)";
-/// `--help`'s heading for metrics and health endpoints.
-pub(crate) const MONITORING: &str = "Monitoring";
 
 /// Leases with fencing tokens, and proof of what they promise
 ///
@@ -94,7 +88,7 @@ pub(crate) enum Command {
     #[command(
         after_help = "Example: leasehold cron --store redis://coordination:6379 /etc/leasehold/jobs.toml"
     )]
-    Cron(crate::cron::CronArgs),
+    Cron(CronArgs),
     /// Show whether a lease is held, for how long, and its fence
     ///
     /// Also who holds it and since when, its waiters, and where the store keeps it.
@@ -165,7 +159,7 @@ pub(crate) enum Command {
     MigrateNotBuilt(NotBuilt),
     /// Internal: the watcher process that is the parent of `run`'s command
     #[command(name = "__run-watcher", hide = true)]
-    RunWatcher(crate::watcher::WatcherArgs),
+    RunWatcher(WatcherArgs),
 }
 
 /// The arguments of a command this build leaves out: anything, so that the message says which
@@ -206,4 +200,24 @@ pub(crate) fn command() -> clap::Command {
         });
     }
     cmd
+}
+
+/// The hidden subcommand's arguments, written by `run`'s side of the watcher
+/// (`supervise::watcher::Watcher::start`) and by nobody else.
+#[derive(Debug, clap::Args)]
+pub(crate) struct WatcherArgs {
+    /// Abstract Unix socket name `run` listens on.
+    #[arg(long)]
+    pub(crate) socket: String,
+    /// Grace between SIGTERM and SIGKILL when `run` dies.
+    #[arg(long)]
+    pub(crate) grace_ms: u64,
+    /// Start the command in this existing process group
+    ///
+    /// Start the command in this existing process group (`run`'s, on a terminal) instead of its own.
+    #[arg(long)]
+    pub(crate) join_group: Option<i32>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
 }

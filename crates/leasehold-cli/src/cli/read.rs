@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use super::StoreArgs;
+use super::store::StoreArgs;
 
 #[derive(Debug, Args)]
 pub(crate) struct LeaderArgs {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::STORE;
+use super::headings::STORE;
 use crate::duration;
 
 /// Where the leases live.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{StoreArgs, JOB, LEASE, MONITORING};
+use super::headings::{JOB, LEASE, MONITORING};
+use super::store::StoreArgs;
 use crate::duration;
 use crate::listen::{self, ListenAddr};
 
@@ -257,6 +258,16 @@ pub(crate) struct ElectArgs {
     /// environment.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
+}
+
+impl ElectArgs {
+    /// How long each campaign waits: none under `-n`, else `--wait`, else as long as it takes.
+    pub(crate) fn wait(&self) -> Duration {
+        match (self.no_wait, self.wait) {
+            (true, _) => Duration::ZERO,
+            (false, wait) => wait.unwrap_or(Duration::MAX),
+        }
+    }
 }
 
 /// `run --on-suspect`: what a suspect lease does to the command.

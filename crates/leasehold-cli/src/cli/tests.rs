@@ -157,10 +157,13 @@ fn options_are_grouped_under_headings_and_flock_short_flags_exist() {
             .and_then(|a| a.get_help_heading())
             .map(str::to_owned)
     };
-    assert_eq!(heading("store").as_deref(), Some(super::STORE));
-    assert_eq!(heading("ttl").as_deref(), Some(super::LEASE));
-    assert_eq!(heading("once-per").as_deref(), Some(super::JOB));
-    assert_eq!(heading("metrics-addr").as_deref(), Some(super::MONITORING));
+    assert_eq!(heading("store").as_deref(), Some(super::headings::STORE));
+    assert_eq!(heading("ttl").as_deref(), Some(super::headings::LEASE));
+    assert_eq!(heading("once-per").as_deref(), Some(super::headings::JOB));
+    assert_eq!(
+        heading("metrics-addr").as_deref(),
+        Some(super::headings::MONITORING)
+    );
     for (short, long) in [('w', "wait"), ('n', "no-wait"), ('E', "busy-exit-code")] {
         for name in ["run", "elect"] {
             let sub = cmd.find_subcommand(name).unwrap();

@@ -1,66 +1,15 @@
-//! `leasehold status`, `list` and `release --force`. Promise: what the store says at the moment of the
+//! `leasehold status NAME` and `leasehold list [PATTERN]`. Promise: what the store says at the moment of the
 //! read. Limit: a lease shown free may be taken a millisecond later, and one shown held may already
 //! be lost by a paused holder; these are snapshots for operators, never a basis for mutual exclusion.
 
 use leasehold::lease::LeaseInfo;
-use leasehold::url::redact;
 use leasehold::LeaseClient;
 
-use crate::cli::{ListArgs, ReleaseArgs, StatusArgs, StoreArgs};
+use crate::cli::{ListArgs, StatusArgs};
 use crate::duration::show;
 use crate::exit;
-
-/// How long to wait for the store to accept a connection before calling it unreachable.
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Connects, or prints why not and returns the exit code: 2 for a URL or setting that is wrong, 69
-/// for a store that cannot be reached.
-/// Several `--store`/`--redis` URLs make a Redlock over that many masters.
-pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
-    let urls = store.urls();
-    crate::features::check_urls(&urls, true)?;
-    let shown = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(" ");
-    let builder = match urls.as_slice() {
-        [one] => LeaseClient::builder(one.clone()),
-        many => LeaseClient::redlock(many),
-    };
-    let connecting = builder
-        .key_prefix(store.key_prefix.clone())
-        .retention(store.retention)
-        .allow_eviction(store.allow_eviction)
-        .connect();
-    let Ok(result) = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await else {
-        eprintln!(
-            "leasehold: cannot reach the store at {shown}: no answer within {}; check --store / LEASEHOLD_STORE and that the server is up",
-            show(CONNECT_TIMEOUT)
-        );
-        return Err(exit::UNAVAILABLE);
-    };
-    result.map_err(|e| {
-        if e.is_unavailable() {
-            eprintln!(
-                "leasehold: cannot reach the store at {shown}: {e}; check --store / LEASEHOLD_STORE and that the server is up",
-            );
-            exit::UNAVAILABLE
-        } else {
-            fail(&e)
-        }
-    })
-}
-
-/// Prints a library error and returns its exit code.
-pub(crate) fn fail(e: &leasehold::Error) -> i32 {
-    eprintln!("leasehold: {}", exit::describe(e));
-    exit::for_error(e, exit::BUSY)
-}
-
-/// Checks a lease name (and the key prefix) before any connection, so bad input is exit 2 even when
-/// the store is down.
-pub(crate) fn check_name(store: &StoreArgs, name: &str) -> Result<(), i32> {
-    leasehold::lease::check_prefix(&store.key_prefix)
-        .and_then(|()| leasehold::lease::check_name(name))
-        .map_err(|e| fail(&e))
-}
+use crate::output::{ago, print_json};
+use crate::store::{check_name, connect, fail};
 
 /// `info` as JSON: the library's fields (`name`, `key`, `held`, `ttl_ms`, `fence`, `permits`,
 /// `holders`, `waiting`), the free permits, the store kind, and for Redis two more keys the lease
@@ -99,12 +48,8 @@ fn redis_keys(_: &mut serde_json::Map<String, serde_json::Value>, _: &LeaseInfo,
 
 /// ` (for 3m12s)`: how long ago `unix_ms` was, by this machine's clock.
 fn since(unix_ms: u64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    now.checked_sub(unix_ms)
-        .map(|ago| format!(" (for {})", show(std::time::Duration::from_millis(ago))))
+    ago(unix_ms)
+        .map(|ago| format!(" (for {})", show(ago)))
         .unwrap_or_default()
 }
 
@@ -179,7 +124,7 @@ pub(crate) async fn status(args: StatusArgs) -> i32 {
     match client.inspect(&args.name).await {
         Ok(info) => {
             if args.json {
-                println!("{}", json(&info, &client));
+                print_json(&json(&info, &client));
             } else {
                 println!("{}", human(&info));
             }
@@ -210,55 +155,13 @@ pub(crate) async fn list(args: ListArgs) -> i32 {
         Ok(infos) => {
             if args.json {
                 let all: Vec<_> = infos.iter().map(|i| json(i, &client)).collect();
-                println!("{}", serde_json::Value::Array(all));
+                print_json(&all);
             } else if infos.is_empty() {
                 eprintln!("leasehold: no lease matches `{}`", args.pattern);
             } else {
                 for info in &infos {
                     println!("{}", human(info));
                 }
-            }
-            0
-        }
-        Err(e) => fail(&e),
-    }
-}
-
-/// `leasehold release --force NAME`.
-pub(crate) async fn release(args: ReleaseArgs) -> i32 {
-    debug_assert!(args.force, "clap requires --force");
-    if let Err(code) = check_name(&args.store, &args.name) {
-        return code;
-    }
-    let client = match connect(&args.store).await {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let forced = match &args.token {
-        Some(token) => client.force_release_holder(&args.name, token).await,
-        None => client.force_release(&args.name).await,
-    };
-    match forced {
-        Ok(r) => {
-            if args.json {
-                let v =
-                    serde_json::json!({"name": args.name, "evicted": r.evicted, "fence": r.fence});
-                println!("{v}");
-            } else if r.evicted {
-                let who = match &args.token {
-                    Some(t) => format!("the holder {t}"),
-                    None => "its holder(s)".to_owned(),
-                };
-                println!(
-                    "{}: evicted {who}; fence advanced to {} (the evicted holder's fenced writes are now refused)",
-                    args.name, r.fence
-                );
-            } else {
-                let who = match &args.token {
-                    Some(t) => format!("{t} did not hold it"),
-                    None => "was not held".to_owned(),
-                };
-                println!("{}: {who}; fence advanced to {} anyway", args.name, r.fence);
             }
             0
         }

@@ -1,4 +1,7 @@
-//! `leasehold man`: one manual page, leasehold(1), generated from the clap definitions. Promise:
+//! `leasehold man` and `leasehold completions SHELL`, both generated from the clap definitions and
+//! printed to stdout before the runtime starts.
+//!
+//! `man`: one manual page, leasehold(1), generated from the clap definitions. Promise:
 //! every public subcommand (nested ones too) with its synopsis, description and every option under
 //! its `--help` heading; EXIT STATUS from [`crate::exit::TABLE`]; ENVIRONMENT naming every variable
 //! an option reads (from the definitions) and every one leasehold reads or sets besides; FILES; and
@@ -8,6 +11,8 @@
 use std::io::Write;
 
 use clap_mangen::Man;
+
+use crate::cli::Command;
 
 /// Variables leasehold reads that no option declares, and those it sets for the commands it runs.
 const OTHER_VARIABLES: &[(&str, &str)] = &[
@@ -24,6 +29,27 @@ const OTHER_VARIABLES: &[(&str, &str)] = &[
     ("LEASEHOLD_EVENT", "Set for elect's --on-lead and --on-lose programs: lead or lose."),
     ("LEASEHOLD_VALUE", "Set for elect's --on-lead and --on-lose programs: the value advertised."),
 ];
+
+/// `completions` and `man`: generated from the clap definitions, printed to stdout; their exit code,
+/// or `None` for any other command.
+pub(crate) fn print_generated(command: &Command) -> Option<i32> {
+    let mut out = std::io::stdout().lock();
+    let written = match command {
+        Command::Completions(a) => {
+            clap_complete::generate(a.shell, &mut public_command(), "leasehold", &mut out);
+            Ok(())
+        }
+        Command::Man => render(&mut out),
+        _ => return None,
+    };
+    Some(match written {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("leasehold: cannot write to stdout: {e}");
+            crate::exit::SOFTWARE
+        }
+    })
+}
 
 /// The command as the page and the completions show it: without the hidden subcommands (the
 /// watcher, the lab's workers, the stand-ins of commands a build leaves out).

@@ -1,37 +1,21 @@
 //! `leasehold run NAME -- COMMAND`: the command runs only while this process holds the lease, and is
 //! stopped when the lease is lost or when this process dies.
 //!
-//! Promise: the command is started only after the lease was acquired (and, for a lease handed
-//! over with a short first TTL, renewed once). It is stopped before anyone else can hold the name:
-//! when renewals fail, the command (its whole process group when stdin is not a terminal, and every
-//! process descended from it) gets SIGTERM `--grace` before [`leasehold::Lease::stop_by`] (the
-//! holder's conservative estimate of the store's earliest hand-over, less the drift allowance and
-//! 100 ms) and SIGKILL at that instant, and `run` exits 76; `--grace` must fit inside the lease
-//! ([`leasehold::LeaseOptions::check_shutdown`], else exit 2). A lease lost otherwise (`--max-hold`
-//! reached, an operator's forced release) stops the command at once the same way, SIGKILL at the
-//! earlier of `--grace` and the stop instant. A lease that becomes suspect (at risk: renewals
-//! failing, or the store's clock running fast) is said once on stderr (`--on-suspect warn`, the
-//! default) or stops the command the same way, exit 76 too (`--on-suspect stop`). The command's
-//! parent is a small watcher process ([`crate::watcher`]): if `run` itself dies, SIGKILL and OOM
-//! killer included, the watcher stops the command at once, and nothing renews the lease, which
-//! lapses within its TTL. When the command exits, whatever it left running is stopped the same way
-//! before the lease is released.
-//!
-//! Limit: the stop is ordered by this process: if `run` itself is paused past the stop instant, a
-//! paused `run` is alive, so its watcher waits, and the command runs on beside the next holder.
-//! Work that must not overlap has to present `LEASEHOLD_FENCE` to a fenced resource. A `kill -9`
-//! aimed at both `run` and its watcher leaves the command running.
+//! Promise: the lease is acquired (trying once, or waiting up to `--wait` in the store's queue),
+//! its holder label written, and the command run under it as [`crate::supervise`] promises; a
+//! lease busy past the wait is `--busy-exit-code` and the command is not run. `--once-per` hands
+//! the connected client over to [`super::once`]. Limit: as the supervision's.
 
 use std::time::Duration;
 
 use leasehold::{Error, Lease, LeaseClient, LeaseOptions};
 
-use crate::cli::RunArgs;
-use crate::command::{aborted, aborted_settled, supervise};
+use crate::cli::{RunArgs, StoreArgs};
 use crate::duration::show;
 use crate::exit;
-use crate::inspect::{check_name, connect};
-use crate::setup::{prepare, serve_health, Prepared};
+use crate::store::{check_name, connect, fail};
+use crate::supervise::setup::{prepare, serve_health, Prepared};
+use crate::supervise::{aborted, aborted_settled, supervise, Supervised};
 
 /// Runs `leasehold run`; returns the exit code.
 pub(crate) async fn run(mut args: RunArgs) -> i32 {
@@ -43,7 +27,7 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
         .clone()
         .unwrap_or_else(leasehold::lease::holder::default_label);
     if let Err(e) = leasehold::lease::holder::check_label(&holder) {
-        return crate::inspect::fail(&e);
+        return fail(&e);
     }
     let opts = lease_options(&args);
     let Prepared {
@@ -67,8 +51,9 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
         Ok(h) => h,
         Err(code) => return code,
     };
+    let supervised = supervised(&args);
     if args.once_per.is_some() {
-        return crate::once::run(&args, &client, &opts, &mut signals).await;
+        return super::once::run(&args, &supervised, &client, &opts, &mut signals).await;
     }
     let lease = tokio::select! {
         l = acquire(&client, &args, &opts) => match l { Ok(l) => l, Err(code) => return code },
@@ -94,16 +79,24 @@ pub(crate) async fn run(mut args: RunArgs) -> i32 {
     if let Some(h) = &health {
         h.holding(Some((lease.health(), lease.fence())));
     }
-    supervise(&args, lease, &mut signals, Vec::new()).await
+    supervise(&supervised, lease, &mut signals, Vec::new()).await
+}
+
+/// How the command is supervised: `run`'s options, its `--min-hold` too.
+fn supervised(args: &RunArgs) -> Supervised<'_> {
+    Supervised {
+        min_hold: args.min_hold,
+        ..Supervised::new(&args.name, &args.command, &args.supervise, args.verbose)
+    }
 }
 
 /// The store settings: `--once-per` keeps a slot's record at least two periods.
-fn store_for(args: &RunArgs) -> Result<crate::cli::StoreArgs, i32> {
+fn store_for(args: &RunArgs) -> Result<StoreArgs, i32> {
     let mut store = args.store.clone();
     if let Some(period) = args.once_per {
         // The period's own limits first, reported as the period's.
         if let Err(e) = leasehold::schedule::Schedule::every(period) {
-            return Err(crate::inspect::fail(&e));
+            return Err(fail(&e));
         }
         // A slot's record must outlive the slot: at least two periods (within the longest
         // retention, which is two of the longest periods).
@@ -171,7 +164,7 @@ async fn acquire(client: &LeaseClient, args: &RunArgs, opts: &LeaseOptions) -> R
             );
             Err(args.supervise.busy_exit_code)
         }
-        Err(e) => Err(crate::inspect::fail(&e)),
+        Err(e) => Err(fail(&e)),
     }
 }
 

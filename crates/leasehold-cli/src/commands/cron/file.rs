@@ -162,27 +162,74 @@ fn one(
 ) -> Result<CronJob, FileError> {
     let e = spanned.get_ref();
     let whole = spanned.span();
+    let when = when_of(cx, name, e, d, &whole)?;
+    let command = command_of(cx, name, e, &whole)?;
+    let ttl = cx
+        .duration(&pick(&e.ttl, &d.ttl), name, "ttl")?
+        .unwrap_or(Duration::from_secs(30));
+    let grace_given = cx.duration(&pick(&e.grace, &d.grace), name, "grace")?;
+    let lease = LeaseOptions::with_ttl(ttl).map_err(|err| {
+        let at = pick(&e.ttl, &d.ttl).map_or(whole.clone(), |t| t.span());
+        cx.err(at, name, "ttl", err.to_string())
+    })?;
+    // The run is stopped before the store may hand the slot's lease on: the grace must fit.
+    let grace = grace_given.unwrap_or_else(|| lease.default_shutdown());
+    lease.check_shutdown(grace).map_err(|err| {
+        let at = pick(&e.grace, &d.grace).map_or(whole.clone(), |t| t.span());
+        cx.err(at, name, "grace", err.to_string())
+    })?;
+    let mut p = Policy::default();
+    p.lease = lease;
+    p.grace = grace;
+    let attempts = policy_options(cx, name, e, d, &mut p)?;
+    let job = Job::new(name, when)
+        .map_err(|err| cx.err(whole.clone(), name, "name", err.to_string()))?
+        .with_policy(p)
+        .map_err(|err| {
+            let (at, field) = if err.to_string().contains("max-attempts") {
+                (
+                    attempts.as_ref().map_or(whole.clone(), |a| a.span()),
+                    "max-attempts",
+                )
+            } else {
+                (whole.clone(), "starting-deadline")
+            };
+            cx.err(at, name, field, err.to_string())
+        })?;
+    Ok(CronJob {
+        job,
+        command,
+        ttl,
+        grace,
+    })
+}
+
+/// When a job runs: `schedule` (a cron expression, in `zone`) or `every` (an interval, with
+/// `offset`).
+fn when_of(
+    cx: &Ctx<'_>,
+    name: &str,
+    e: &Entry,
+    d: &Entry,
+    whole: &std::ops::Range<usize>,
+) -> Result<When, FileError> {
     let zone = pick(&e.zone, &d.zone);
     let zone_name = zone
         .as_ref()
         .map_or("UTC".to_owned(), |z| z.get_ref().clone());
-    let when = match (&e.schedule, &e.every) {
-        (Some(_), Some(every)) => {
-            return Err(cx.err(
-                every.span(),
-                name,
-                "every",
-                "give `schedule` or `every`, not both".into(),
-            ))
-        }
-        (None, None) => {
-            return Err(cx.err(
-                whole,
-                name,
-                "schedule",
-                "missing: give schedule = \"0 2 * * *\" or every = \"10m\"".into(),
-            ))
-        }
+    match (&e.schedule, &e.every) {
+        (Some(_), Some(every)) => Err(cx.err(
+            every.span(),
+            name,
+            "every",
+            "give `schedule` or `every`, not both".into(),
+        )),
+        (None, None) => Err(cx.err(
+            whole.clone(),
+            name,
+            "schedule",
+            "missing: give schedule = \"0 2 * * *\" or every = \"10m\"".into(),
+        )),
         (Some(expr), None) => {
             if let Some(off) = &e.offset {
                 return Err(cx.err(
@@ -198,7 +245,7 @@ fn one(
                     _ => (expr.span(), "schedule"),
                 };
                 cx.err(at, name, field, err.to_string())
-            })?
+            })
         }
         (None, Some(every)) => {
             let text = every.get_ref().trim();
@@ -220,15 +267,24 @@ fn one(
                     (every.span(), "every")
                 };
                 cx.err(at, name, field, err.to_string())
-            })?
+            })
         }
-    };
-    let command: Vec<OsString> = match (&e.command, &e.shell) {
+    }
+}
+
+/// What a job runs: `command` (an argv array) or `shell` (through `sh -c`).
+fn command_of(
+    cx: &Ctx<'_>,
+    name: &str,
+    e: &Entry,
+    whole: &std::ops::Range<usize>,
+) -> Result<Vec<OsString>, FileError> {
+    let command = match (&e.command, &e.shell) {
         (Some(_), Some(sh)) => {
             return Err(cx.err(sh.span(), name, "shell", "give `command` or `shell`, not both".into()))
         }
         (None, None) => {
-            return Err(cx.err(whole, name, "command", "missing: give command = [\"prog\", \"arg\"] (or shell = \"a | b\" to run through sh -c)".into()))
+            return Err(cx.err(whole.clone(), name, "command", "missing: give command = [\"prog\", \"arg\"] (or shell = \"a | b\" to run through sh -c)".into()))
         }
         (Some(c), None) => {
             if c.get_ref().is_empty() || c.get_ref()[0].trim().is_empty() {
@@ -243,23 +299,18 @@ fn one(
             vec!["sh".into(), "-c".into(), sh.get_ref().into()]
         }
     };
-    let ttl = cx
-        .duration(&pick(&e.ttl, &d.ttl), name, "ttl")?
-        .unwrap_or(Duration::from_secs(30));
-    let grace_given = cx.duration(&pick(&e.grace, &d.grace), name, "grace")?;
-    let lease = LeaseOptions::with_ttl(ttl).map_err(|err| {
-        let at = pick(&e.ttl, &d.ttl).map_or(whole.clone(), |t| t.span());
-        cx.err(at, name, "ttl", err.to_string())
-    })?;
-    // The run is stopped before the store may hand the slot's lease on: the grace must fit.
-    let grace = grace_given.unwrap_or_else(|| lease.default_shutdown());
-    lease.check_shutdown(grace).map_err(|err| {
-        let at = pick(&e.grace, &d.grace).map_or(whole.clone(), |t| t.span());
-        cx.err(at, name, "grace", err.to_string())
-    })?;
-    let mut p = Policy::default();
-    p.lease = lease;
-    p.grace = grace;
+    Ok(command)
+}
+
+/// The policy's options beside the lease and the grace, in the order they are checked; the
+/// `max-attempts` given, for the job's own check.
+fn policy_options(
+    cx: &Ctx<'_>,
+    name: &str,
+    e: &Entry,
+    d: &Entry,
+    p: &mut Policy,
+) -> Result<Option<Spanned<u32>>, FileError> {
     p.starting_deadline = cx.duration(
         &pick(&e.starting_deadline, &d.starting_deadline),
         name,
@@ -308,26 +359,7 @@ fn one(
     if let Some(a) = &attempts {
         p.max_attempts = *a.get_ref();
     }
-    let job = Job::new(name, when)
-        .map_err(|err| cx.err(whole.clone(), name, "name", err.to_string()))?
-        .with_policy(p)
-        .map_err(|err| {
-            let (at, field) = if err.to_string().contains("max-attempts") {
-                (
-                    attempts.as_ref().map_or(whole.clone(), |a| a.span()),
-                    "max-attempts",
-                )
-            } else {
-                (whole.clone(), "starting-deadline")
-            };
-            cx.err(at, name, field, err.to_string())
-        })?;
-    Ok(CronJob {
-        job,
-        command,
-        ttl,
-        grace,
-    })
+    Ok(attempts)
 }
 
 #[cfg(test)]

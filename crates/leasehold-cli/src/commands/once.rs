@@ -1,5 +1,5 @@
-//! `leasehold run --once-per PERIOD NAME -- COMMAND` and `leasehold history NAME`: a scheduled job
-//! fired on every replica runs once per slot, and what ran in each slot is on record.
+//! `leasehold run --once-per PERIOD NAME -- COMMAND`: a scheduled job fired on every replica runs
+//! once per slot, and what ran in each slot is on record (`leasehold history`, [`super::history`]).
 //!
 //! Promise: as [`leasehold::schedule`]'s: replicas whose clocks are apart by up to half the period
 //! claim the same slot; a slot recorded done is not run again; a failed or lost run leaves it open
@@ -17,11 +17,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use leasehold::schedule::{self, Claim, Firing, Outcome, Schedule, Slot, SlotRecord};
 use leasehold::{LeaseClient, LeaseOptions};
 
-use crate::cli::{HistoryArgs, RunArgs};
-use crate::command::{finish, run_command, Ended, Signals};
+use crate::cli::RunArgs;
 use crate::duration::show;
 use crate::exit;
-use crate::inspect::{check_name, connect, fail};
+use crate::output::shown_ago;
+use crate::store::fail;
+use crate::supervise::{aborted_settled, finish, run_command, Ended, Signals, Supervised};
 
 /// The code a slot's last attempt ended with, for `--max-attempts` reached.
 fn code_of(r: &SlotRecord) -> i32 {
@@ -32,17 +33,10 @@ fn code_of(r: &SlotRecord) -> i32 {
     }
 }
 
-fn ago(unix_ms: u64) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    show(Duration::from_millis(now.saturating_sub(unix_ms)))
-}
-
 /// `run --once-per`: claims the slot of now, runs the command if it is ours, records the outcome.
 pub(crate) async fn run(
     args: &RunArgs,
+    supervised: &Supervised<'_>,
     client: &LeaseClient,
     opts: &LeaseOptions,
     signals: &mut Signals,
@@ -58,10 +52,10 @@ pub(crate) async fn run(
     };
     let claimed = tokio::select! {
         c = schedule::claim(client, &args.name, slot, opts, args.max_attempts, &holder) => c,
-        sig = signals.recv() => return crate::command::aborted_settled(client, sig, "the slot stays open").await,
+        sig = signals.recv() => return aborted_settled(client, sig, "the slot stays open").await,
     };
     match claimed {
-        Ok(Claim::Run(run)) => run_slot(args, slot, run, signals).await,
+        Ok(Claim::Run(run)) => run_slot(args, supervised, slot, run, signals).await,
         Ok(other) => not_ours(args, slot, other),
         Err(e) => fail(&e),
     }
@@ -96,7 +90,7 @@ async fn firing(
                 "leasehold: this firing of `{}` is slot {}'s, {} after its start, past --starting-deadline {}: recorded missed, command not run",
                 args.name,
                 slot.index,
-                ago(slot.start_unix_ms),
+                shown_ago(slot.start_unix_ms),
                 show(deadline)
             );
             schedule::mark(
@@ -132,7 +126,7 @@ fn not_ours(args: &RunArgs, slot: Slot, claim: Claim) -> i32 {
                     slot.index,
                     args.name,
                     r.holder,
-                    ago(r.started_unix_ms),
+                    shown_ago(r.started_unix_ms),
                     r.attempts
                 );
             }
@@ -157,6 +151,7 @@ fn not_ours(args: &RunArgs, slot: Slot, claim: Claim) -> i32 {
 /// Runs the command under the slot's lease, records its outcome, releases.
 async fn run_slot(
     args: &RunArgs,
+    supervised: &Supervised<'_>,
     slot: Slot,
     run: schedule::SlotRun,
     signals: &mut Signals,
@@ -176,7 +171,7 @@ async fn run_slot(
         ("LEASEHOLD_SLOT", slot.index.to_string()),
         ("LEASEHOLD_SLOT_START", slot.start_unix_ms.to_string()),
     ];
-    let ended = run_command(args, &lease, signals, env).await;
+    let ended = run_command(supervised, &lease, signals, env).await;
     let (exit_code, lost) = match &ended {
         Ended::Exited(code) => (*code, false),
         Ended::Lost => (None, true),
@@ -195,106 +190,5 @@ async fn run_slot(
             exit::describe(&e)
         ),
     }
-    finish(args, lease, ended).await
-}
-
-fn human(r: &SlotRecord) -> String {
-    let duration = r
-        .duration_ms
-        .map(|ms| show(Duration::from_millis(ms)))
-        .unwrap_or_else(|| "-".into());
-    let code = r
-        .exit_code
-        .map(|c| c.to_string())
-        .unwrap_or_else(|| "-".into());
-    format!(
-        "{:<12} {:<8} attempts {:<2} exit {:<4} took {:<8} started {} ago, by {}, fence {}",
-        r.slot.index,
-        format!("{:?}", r.outcome).to_lowercase(),
-        r.attempts,
-        code,
-        duration,
-        ago(r.started_unix_ms),
-        r.holder,
-        r.fence
-    )
-}
-
-/// The metrics people alert on, for node_exporter's textfile collector.
-fn prometheus(job: &str, records: &[SlotRecord]) -> String {
-    let label = job.replace('\\', "\\\\").replace('"', "\\\"");
-    let last_success = records
-        .iter()
-        .filter(|r| r.outcome == Outcome::Done)
-        .map(|r| r.started_unix_ms + r.duration_ms.unwrap_or(0))
-        .max();
-    let count = |o: Outcome| records.iter().filter(|r| r.outcome == o).count();
-    let mut out = String::new();
-    out.push_str(
-        "# HELP leasehold_job_last_success_timestamp_seconds When the job last succeeded.\n",
-    );
-    out.push_str("# TYPE leasehold_job_last_success_timestamp_seconds gauge\n");
-    if let Some(ms) = last_success {
-        out.push_str(&format!(
-            "leasehold_job_last_success_timestamp_seconds{{leasehold_job=\"{label}\"}} {:.3}\n",
-            ms as f64 / 1000.0
-        ));
-    }
-    out.push_str("# HELP leasehold_job_slots Slots on record, by outcome.\n");
-    out.push_str("# TYPE leasehold_job_slots gauge\n");
-    for (name, o) in [
-        ("done", Outcome::Done),
-        ("failed", Outcome::Failed),
-        ("lost", Outcome::Lost),
-        ("running", Outcome::Running),
-        ("missed", Outcome::Missed),
-        ("skipped", Outcome::Skipped),
-    ] {
-        out.push_str(&format!(
-            "leasehold_job_slots{{leasehold_job=\"{label}\",outcome=\"{name}\"}} {}\n",
-            count(o)
-        ));
-    }
-    out
-}
-
-/// `leasehold history NAME`.
-pub(crate) async fn history(args: HistoryArgs) -> i32 {
-    if let Err(code) = check_name(&args.store, &args.name) {
-        return code;
-    }
-    let client = match connect(&args.store).await {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    // The metrics count every slot on record; the listing shows the newest `--limit`.
-    let limit = if args.prometheus {
-        usize::MAX
-    } else {
-        args.limit
-    };
-    match schedule::history(&client, &args.name, limit).await {
-        Ok(records) => {
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_value(&records).expect("records serialize")
-                );
-            } else if args.prometheus {
-                print!("{}", prometheus(&args.name, &records));
-            } else if records.is_empty() {
-                eprintln!("leasehold: no slot of `{}` on record", args.name);
-            } else {
-                println!(
-                    "{:<12} {:<8} (newest first; job `{}`)",
-                    "slot", "outcome", args.name
-                );
-                for r in &records {
-                    println!("{}", human(r));
-                }
-            }
-            0
-        }
-        Err(e) => fail(&e),
-    }
+    finish(supervised, lease, ended).await
 }

@@ -9,7 +9,7 @@ use leasehold::url::redact;
 
 use crate::cli::MigrateArgs;
 use crate::exit;
-use crate::inspect::fail;
+use crate::store::fail;
 
 /// How long to wait for the database to accept a connection before calling it unreachable.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -1,5 +1,5 @@
-//! `leasehold elect NAME -- COMMAND` and `leasehold leader NAME`: an election on the lease store,
-//! the command run while leading under `run`'s supervision, and who leads.
+//! `leasehold elect NAME -- COMMAND`: an election on the lease store, the command run while leading
+//! under the same supervision as `run`'s ([`crate::supervise`]).
 //!
 //! Promise: the command starts only once this candidate leads and its record (value, holder, term)
 //! is written; it gets LEASEHOLD_TERM, the leadership's fence. It is stopped as `run` stops a
@@ -12,50 +12,23 @@
 //! standby, and `--on-lead`/`--on-lose` run hooks as the leadership comes and goes.
 //!
 //! Limit: as `run`'s: if `elect` itself is paused past the stop instant, a deposed leader's command
-//! runs on beside the next; only writes fenced with LEASEHOLD_TERM are refused at once. `leader` is
-//! a snapshot for operators and health checks, never a basis for
-//! deciding who may write.
+//! runs on beside the next; only writes fenced with LEASEHOLD_TERM are refused at once.
 
 use std::time::Duration;
 
-use leasehold::election::{leader_of, Election, Leader, Leadership};
+use leasehold::election::{Election, Leadership};
 use leasehold::Error;
 
-use crate::cli::{ElectArgs, LeaderArgs, RunArgs};
-use crate::command::{aborted, aborted_settled, supervise, Signals};
+use crate::cli::ElectArgs;
 use crate::duration::show;
 use crate::exit;
-use crate::hooks::Hook;
-use crate::inspect::{check_name, connect, fail};
-use crate::setup::{prepare, serve_health, Prepared};
-
-/// The `run` settings an election's leadership is supervised with.
-fn as_run_args(a: &ElectArgs) -> RunArgs {
-    RunArgs {
-        store: a.store.clone(),
-        wait: match (a.no_wait, a.wait) {
-            (true, _) => Duration::ZERO,
-            (false, wait) => wait.unwrap_or(Duration::MAX),
-        },
-        no_wait: a.no_wait,
-        max_hold: None,
-        min_hold: None,
-        once_per: None,
-        offset: None,
-        starting_deadline: None,
-        max_attempts: 1,
-        done_exit_code: 0,
-        supervise: a.supervise.clone(),
-        holder: None,
-        permits: 1,
-        verbose: a.verbose,
-        name: a.name.clone(),
-        command: a.command.clone(),
-    }
-}
+use crate::store::{check_name, connect, fail};
+use crate::supervise::hooks::Hook;
+use crate::supervise::setup::{prepare, serve_health, Prepared};
+use crate::supervise::{aborted, aborted_settled, supervise, Signals, Supervised};
 
 /// Runs `leasehold elect`; returns the exit code.
-pub(crate) async fn elect(args: ElectArgs) -> i32 {
+pub(crate) async fn elect(mut args: ElectArgs) -> i32 {
     if let Err(code) = check_name(&args.store, &args.name) {
         return code;
     }
@@ -66,15 +39,14 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
         (Ok(lead), Ok(lose)) => (lead, lose),
         (Err(code), _) | (_, Err(code)) => return code,
     };
-    let mut run_args = as_run_args(&args);
     let opts = leasehold::LeaseOptions::builder()
-        .ttl(run_args.supervise.ttl)
+        .ttl(args.supervise.ttl)
         .build();
     let Prepared {
         opts,
         mut signals,
         listener,
-    } = match prepare(&mut run_args.supervise, opts) {
+    } = match prepare(&mut args.supervise, opts) {
         Ok(ready) => ready,
         Err(code) => return code,
     };
@@ -101,7 +73,7 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
     });
     let candidate = Candidate {
         args: &args,
-        run_args,
+        supervised: Supervised::new(&args.name, &args.command, &args.supervise, args.verbose),
         client,
         election,
         value,
@@ -115,7 +87,8 @@ pub(crate) async fn elect(args: ElectArgs) -> i32 {
 /// A candidate ready to campaign: what each term needs.
 struct Candidate<'a> {
     args: &'a ElectArgs,
-    run_args: RunArgs,
+    /// How each term's command is supervised.
+    supervised: Supervised<'a>,
     client: leasehold::LeaseClient,
     election: Election,
     value: String,
@@ -154,7 +127,7 @@ impl Candidate<'_> {
 
     /// One campaign, within `--wait`; a signal withdraws it.
     async fn campaign(&self, signals: &mut Signals) -> Campaign {
-        let (args, wait) = (self.args, self.run_args.wait);
+        let (args, wait) = (self.args, self.args.wait());
         let result = tokio::select! {
             l = self.election.campaign(&self.value, wait) => l,
             sig = signals.recv() => return Campaign::Exit(aborted_settled(
@@ -213,7 +186,7 @@ impl Candidate<'_> {
             hook.run("lead", &args.name, term.get(), value).await;
         }
         let code = supervise(
-            &self.run_args,
+            &self.supervised,
             leadership.into_lease(),
             signals,
             vec![("LEASEHOLD_TERM", term.to_string())],
@@ -250,98 +223,4 @@ fn standby_after(e: &Error) -> bool {
 /// candidates that failed together do not come back together.
 fn again_pause() -> Duration {
     Duration::from_millis(200 + u64::from(std::process::id() % 200))
-}
-
-/// One line for a leader, or for nobody.
-fn human(name: &str, leader: &Option<Leader>) -> String {
-    let Some(l) = leader else {
-        return format!("{name}: no leader");
-    };
-    let value = l
-        .value
-        .as_deref()
-        .map(|v| format!("value {v:?}"))
-        .unwrap_or_else(|| {
-            "no value advertised (held as a plain lease, or not yet written)".into()
-        });
-    let holder = l
-        .holder
-        .as_deref()
-        .map(|h| format!(", holder {h}"))
-        .unwrap_or_default();
-    let since = l
-        .since_unix_ms
-        .and_then(|ms| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()?
-                .as_millis();
-            let ago = u64::try_from(now).ok()?.checked_sub(ms)?;
-            Some(format!(
-                ", leading for {}",
-                show(Duration::from_millis(ago))
-            ))
-        })
-        .unwrap_or_default();
-    let ttl = l
-        .ttl_ms
-        .map(|ms| format!(", lease {} left", show(Duration::from_millis(ms))))
-        .unwrap_or_default();
-    format!("{name}: term {}, {value}{holder}{since}{ttl}", l.term)
-}
-
-fn print(args: &LeaderArgs, leader: &Option<Leader>) {
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_value(leader).expect("Leader serializes")
-        );
-    } else {
-        println!("{}", human(&args.name, leader));
-    }
-}
-
-/// `leasehold leader NAME [--watch]`.
-pub(crate) async fn leader(args: LeaderArgs) -> i32 {
-    if let Err(code) = check_name(&args.store, &args.name) {
-        return code;
-    }
-    let client = match connect(&args.store).await {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    if !args.watch {
-        return match leader_of(&client, &args.name).await {
-            Ok(l) => {
-                print(&args, &l);
-                if l.is_some() {
-                    0
-                } else {
-                    exit::NO_LEADER
-                }
-            }
-            Err(e) => fail(&e),
-        };
-    }
-    let opts = match leasehold::LeaseOptions::with_ttl(Duration::from_secs(30)) {
-        Ok(o) => o,
-        Err(e) => return fail(&e),
-    };
-    let mut observer = match Election::new(&client, &args.name, &opts) {
-        Ok(e) => e.observe(),
-        Err(e) => return fail(&e),
-    };
-    loop {
-        tokio::select! {
-            changed = observer.changed() => match changed {
-                Ok(l) => print(&args, &l),
-                Err(e) => {
-                    // Said once per failure; the observer asks again.
-                    eprintln!("leasehold: {}", exit::describe(&e));
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            },
-            _ = tokio::signal::ctrl_c() => return 0,
-        }
-    }
 }

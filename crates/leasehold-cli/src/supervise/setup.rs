@@ -7,8 +7,8 @@
 
 use leasehold::{LeaseClient, LeaseOptions};
 
+use super::signals::Signals;
 use crate::cli::SuperviseArgs;
-use crate::command::Signals;
 use crate::exit;
 
 /// Ready to connect.

@@ -16,92 +16,22 @@ mod file;
 mod serve;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
 use leasehold::schedule::clock::local_ms;
 use leasehold::schedule::scheduler::{self, Run, RunEnd, Runner, Scheduler};
 use leasehold::schedule::{ClockSource, Outcome, SlotRecord};
 use leasehold::LeaseClient;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{OnSuspect, RunArgs, StoreArgs, SuperviseArgs};
-use crate::command::{run_command, Ended, Signals};
+use crate::cli::{CronArgs, CronCommand, OnSuspect, StoreArgs};
 use crate::duration::show;
 use crate::exit;
-use crate::inspect::{connect, fail};
-use crate::listen::ListenAddr;
+use crate::store::{connect, fail};
+use crate::supervise::{run_command, until_gone, Ended, Signals, Supervised};
 use file::CronJob;
-
-/// `leasehold cron`.
-#[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub(crate) struct CronArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// Serve `/healthz` and `/metrics` on this address, e.g. 127.0.0.1:9465
-    ///
-    /// `/healthz` is 200 while running, 503 before the jobs are loaded and once draining;
-    /// `/metrics` is Prometheus text (runs by outcome, durations, last success, next run time, per
-    /// job in the label `leasehold_job`). `:PORT` listens on every interface; a host name is
-    /// resolved.
-    #[arg(long, value_name = "ADDR", env = "LEASEHOLD_HEALTH", value_parser = crate::listen::parse,
-          help_heading = "Monitoring")]
-    health: Option<ListenAddr>,
-    /// Who this replica is in the records (default: host, pid, random id).
-    #[arg(long, value_name = "HOLDER")]
-    holder: Option<String>,
-    /// The jobs file (TOML: one [job.NAME] table per job)
-    ///
-    /// Each with `schedule` (a cron expression) or `every` (an interval), `command` (an argv
-    /// array) or `shell`, and options; `[defaults]` for all. See docs/scheduled-jobs.md.
-    #[arg(value_name = "JOBS_FILE")]
-    file: Option<PathBuf>,
-    #[command(subcommand)]
-    command: Option<CronCommand>,
-}
-
-#[derive(Debug, Subcommand)]
-enum CronCommand {
-    /// Check a jobs file: exit 0, or 2 naming the line and field that is wrong.
-    Check {
-        /// The jobs file.
-        file: PathBuf,
-    },
-    /// Print each job's next instants, in its zone and in UTC.
-    Next {
-        /// Instants per job.
-        #[arg(long, default_value_t = 3)]
-        count: usize,
-        /// The jobs file.
-        file: PathBuf,
-    },
-    /// Run a job once now, outside its schedule, recorded as a trigger.
-    Trigger {
-        #[command(flatten)]
-        store: StoreArgs,
-        /// The jobs file.
-        file: PathBuf,
-        /// The job.
-        job: String,
-    },
-    /// Pause a job on every replica (kept in the store).
-    Pause {
-        #[command(flatten)]
-        store: StoreArgs,
-        /// The job.
-        job: String,
-    },
-    /// Resume a paused job on every replica.
-    Resume {
-        #[command(flatten)]
-        store: StoreArgs,
-        /// The job.
-        job: String,
-    },
-}
 
 /// Runs `leasehold cron …`; returns the exit code.
 pub(crate) async fn main(args: CronArgs, verbose: bool) -> i32 {
@@ -222,7 +152,6 @@ fn store_for(store: &StoreArgs, jobs: &[CronJob]) -> StoreArgs {
 
 /// Runs each slot's command as `run` does.
 struct CommandRunner {
-    store: StoreArgs,
     jobs: RwLock<HashMap<String, CronJob>>,
     verbose: bool,
 }
@@ -236,35 +165,36 @@ impl CommandRunner {
         *self.jobs.write().unwrap_or_else(|p| p.into_inner()) = map;
     }
 
-    fn run_args(&self, job: &CronJob) -> RunArgs {
-        RunArgs {
-            store: self.store.clone(),
-            wait: Duration::ZERO,
-            no_wait: true,
-            max_hold: None,
+    /// How a job's run is supervised: as `run` with the job's TTL and grace, a suspect lease said.
+    fn supervised<'a>(&self, job: &'a CronJob) -> Supervised<'a> {
+        Supervised {
+            name: job.job.name(),
+            command: &job.command,
+            ttl: job.ttl,
+            grace: job.grace,
+            stop_at_deadline: false,
+            on_suspect: OnSuspect::Warn,
             min_hold: None,
-            once_per: None,
-            offset: None,
-            starting_deadline: None,
-            max_attempts: 1,
-            done_exit_code: 0,
-            supervise: SuperviseArgs {
-                ttl: job.ttl,
-                grace_given: Some(job.grace),
-                grace: job.grace,
-                stop_at_deadline: false,
-                on_suspect: OnSuspect::Warn,
-                busy_exit_code: exit::BUSY,
-                metrics_addr: None,
-                health: None,
-                metrics_file: None,
-            },
-            holder: None,
-            permits: 1,
             verbose: self.verbose,
-            name: job.job.name().to_owned(),
-            command: job.command.clone(),
         }
+    }
+}
+
+/// A run's end as the scheduler records it.
+fn run_end(ended: Ended) -> RunEnd {
+    match ended {
+        Ended::Exited(code) => RunEnd {
+            exit_code: code,
+            lost: false,
+        },
+        Ended::Lost => RunEnd {
+            exit_code: None,
+            lost: true,
+        },
+        Ended::Failed(code) => RunEnd {
+            exit_code: Some(code),
+            lost: false,
+        },
     }
 }
 
@@ -287,7 +217,7 @@ impl Runner for CommandRunner {
                 lost: false,
             };
         };
-        let args = self.run_args(&job);
+        let args = self.supervised(&job);
         let mut signals = match Signals::silent() {
             Ok(s) => s,
             Err(e) => {
@@ -322,33 +252,12 @@ impl Runner for CommandRunner {
             _ = run.stop.cancelled() => {
                 // Stop before hand-over: the run counts as ended only once nothing it started is
                 // left (the processes that carry its name and fence), within the grace and 5 s.
-                let marks = [
-                    format!("LEASEHOLD_NAME={}", job.job.name()),
-                    format!("LEASEHOLD_FENCE={}", run.lease.fence()),
-                ];
-                let until = tokio::time::Instant::now() + job.grace + Duration::from_secs(5);
-                while !crate::watcher::processes_marked(&marks).is_empty()
-                    && tokio::time::Instant::now() < until
-                {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                until_gone(job.job.name(), run.lease.fence(), job.grace + Duration::from_secs(5))
+                    .await;
                 Ended::Exited(None)
             }
         };
-        match ended {
-            Ended::Exited(code) => RunEnd {
-                exit_code: code,
-                lost: false,
-            },
-            Ended::Lost => RunEnd {
-                exit_code: None,
-                lost: true,
-            },
-            Ended::Failed(code) => RunEnd {
-                exit_code: Some(code),
-                lost: false,
-            },
-        }
+        run_end(ended)
     }
 
     fn recorded(&self, r: &SlotRecord) {
@@ -428,16 +337,9 @@ async fn daemon(args: &CronArgs, path: &Path, verbose: bool) -> i32 {
             return exit::SOFTWARE;
         }
     };
-    let names: Vec<&str> = jobs.iter().map(|j| j.job.name()).collect();
-    let served = match &args.health {
-        Some(addr) => match serve::Served::start(addr, &names) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("leasehold: cannot serve --health on {addr}: {e}; pick a free address");
-                return exit::USAGE;
-            }
-        },
-        None => None,
+    let served = match serve_health(args, &jobs) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let store = store_for(&args.store, &jobs);
     let holder = args
@@ -445,7 +347,6 @@ async fn daemon(args: &CronArgs, path: &Path, verbose: bool) -> i32 {
         .clone()
         .unwrap_or_else(leasehold::election::default_holder);
     let runner = Arc::new(CommandRunner {
-        store: store.clone(),
         jobs: RwLock::new(HashMap::new()),
         verbose,
     });
@@ -457,16 +358,7 @@ async fn daemon(args: &CronArgs, path: &Path, verbose: bool) -> i32 {
     if let Err(e) = sched.set_jobs(jobs.iter().map(|j| j.job.clone()).collect()) {
         return fail(&e);
     }
-    let (offset, error) = sched.clock().offset_ms();
-    eprintln!(
-        "leasehold: cron: {} job(s) from {}, as {holder}; clock: {}",
-        jobs.len(),
-        path.display(),
-        match sched.clock().source() {
-            ClockSource::Store => format!("the store's ({offset:+} ms from ours, ±{error} ms)"),
-            ClockSource::Local => "this replica's own (the store has none)".into(),
-        }
-    );
+    say_started(jobs.len(), path, &holder, &sched);
     if let Some(s) = &served {
         s.ready(jobs.len());
     }
@@ -487,6 +379,31 @@ async fn daemon(args: &CronArgs, path: &Path, verbose: bool) -> i32 {
     sched.drain().await;
     eprintln!("leasehold: cron: stopped");
     0
+}
+
+/// `--health`: the endpoints served from now on, or exit 2 for an address that cannot be bound.
+fn serve_health(args: &CronArgs, jobs: &[CronJob]) -> Result<Option<serve::Served>, i32> {
+    let Some(addr) = &args.health else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = jobs.iter().map(|j| j.job.name()).collect();
+    serve::Served::start(addr, &names).map(Some).map_err(|e| {
+        eprintln!("leasehold: cannot serve --health on {addr}: {e}; pick a free address");
+        exit::USAGE
+    })
+}
+
+/// The daemon's first line: its jobs, who it is, whose clock it reckons slots on.
+fn say_started(jobs: usize, path: &Path, holder: &str, sched: &Scheduler) {
+    let (offset, error) = sched.clock().offset_ms();
+    eprintln!(
+        "leasehold: cron: {jobs} job(s) from {}, as {holder}; clock: {}",
+        path.display(),
+        match sched.clock().source() {
+            ClockSource::Store => format!("the store's ({offset:+} ms from ours, ±{error} ms)"),
+            ClockSource::Local => "this replica's own (the store has none)".into(),
+        }
+    );
 }
 
 fn reload(path: &Path, runner: &CommandRunner, sched: &Scheduler) {
@@ -547,7 +464,6 @@ async fn trigger(store: &StoreArgs, path: &Path, name: &str) -> i32 {
     };
     let store = store_for(store, &jobs);
     let runner = Arc::new(CommandRunner {
-        store: store.clone(),
         jobs: RwLock::new(HashMap::new()),
         verbose: false,
     });

@@ -31,8 +31,6 @@ pub(crate) mod mysql;
 mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(feature = "redis")]
-pub(crate) mod redlock;
 
 pub use crate::lease::clock::ClockRate;
 pub use contract::*;

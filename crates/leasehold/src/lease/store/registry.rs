@@ -79,7 +79,7 @@ pub(crate) async fn open_redlock(urls: &[String], settings: Settings) -> Result<
     #[cfg(feature = "redis")]
     {
         Ok(Arc::new(
-            super::redlock::RedlockStore::connect(&urls, settings).await?,
+            super::redis::RedlockStore::connect(&urls, settings).await?,
         ))
     }
     #[cfg(not(feature = "redis"))]

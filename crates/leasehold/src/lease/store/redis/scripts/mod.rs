@@ -25,6 +25,8 @@ use redis::{RedisResult, Script, ToRedisArgs, Value};
 
 use super::server_time::Estimate;
 
+pub(crate) mod redlock;
+
 const ACQUIRE_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("acquire_fast.lua"),

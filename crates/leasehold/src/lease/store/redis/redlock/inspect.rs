@@ -6,13 +6,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::errors::Failure;
-use super::keys::RedlockKeys;
 use super::node::Node;
 use super::RedlockStore;
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
+use crate::lease::store::redis::errors::Failure;
 use crate::lease::store::redis::keys::glob_escape;
+use crate::lease::store::redis::keys::RedlockKeys;
 use crate::lease::store::{HolderInfo, LeaseInfo};
 use crate::lease::Glob;
 

@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::errors::Failure;
 use super::node::{self, Node};
 use super::quorum::majority;
 use super::{FenceRule, Inner, RedlockStore};
 use crate::error::{Error, Phase, Result};
 use crate::lease::store::redis::acl::{self, Deployment};
+use crate::lease::store::redis::errors::Failure;
 use crate::lease::store::Settings;
 use crate::url::StoreUrl;
 
@@ -196,4 +196,55 @@ pub(super) fn check_identity(
         ));
     }
     Ok(())
+}
+
+impl RedlockStore {
+    /// Starts a background check of every master still pending (rate-limited per master).
+    pub(super) fn check_pending(&self) {
+        for (i, node) in self.inner.nodes.iter().enumerate() {
+            if node.is_pending() && node.claim_check() {
+                let this = self.clone();
+                tokio::spawn(async move { this.check_later(i).await });
+            }
+        }
+    }
+
+    /// Checks master `i`, which did not answer when the store opened: a master that is a known
+    /// server under another URL, or a replica, is refused for good (logged as an error).
+    pub(super) async fn check_later(&self, i: usize) {
+        let node = &self.inner.nodes[i];
+        match node
+            .identify(self.inner.response_timeout * 2, &self.inner.prefix)
+            .await
+        {
+            Err(_) => node.check_failed(),
+            Ok(id) => {
+                let seen: HashMap<String, usize> = self
+                    .inner
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, n)| n.run_id().map(|r| (r, j)))
+                    .filter(|&(_, j)| j != i)
+                    .collect();
+                match check_identity(
+                    &self.inner.nodes,
+                    i,
+                    &id,
+                    &seen,
+                    self.inner.allow_eviction,
+                    &self.inner.prefix,
+                ) {
+                    Ok(()) => {
+                        tracing::info!(url = %node.location, "redlock master reachable and checked; it counts from now on");
+                        node.accept(id.run_id);
+                    }
+                    Err(e) => {
+                        tracing::error!(url = %node.location, error = %e, "redlock master refused; it never counts");
+                        node.refuse(e.to_string());
+                    }
+                }
+            }
+        }
+    }
 }

@@ -147,8 +147,8 @@ impl LeaseClientBuilder {
         let prefix = self.settings.prefix.clone();
         let response_timeout = self.settings.response_timeout;
         let store = match &self.target {
-            Target::One(url) => store::open(url, self.settings).await?,
-            Target::Redlock(urls) => store::open_redlock(urls, self.settings).await?,
+            Target::One(url) => store::open(std::slice::from_ref(url), self.settings).await?,
+            Target::Redlock(urls) => store::open(urls, self.settings).await?,
         };
         Ok(LeaseClient::with_store(store, prefix, response_timeout))
     }
@@ -156,6 +156,15 @@ impl LeaseClientBuilder {
     /// Checks the settings before anything is opened.
     fn check(&self) -> Result<()> {
         crate::lease::names::check_prefix(&self.settings.prefix)?;
+        if let Target::Redlock(urls) = &self.target {
+            // One URL would open that one server: asked for a quorum, say it is not one.
+            if urls.len() == 1 {
+                return Err(Error::invalid(
+                    "redlock masters",
+                    "1 given; Redlock needs an odd number of independent Redis masters, at least 3 (for one server use LeaseClient::builder)",
+                ));
+            }
+        }
         let retention = self.settings.retention;
         if !(Duration::from_secs(1)..=MAX_RETENTION).contains(&retention) {
             return Err(Error::invalid(

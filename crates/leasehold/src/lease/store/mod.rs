@@ -34,5 +34,5 @@ pub mod redis;
 
 pub use crate::lease::clock::ClockRate;
 pub use contract::*;
+pub(crate) use registry::open;
 pub use registry::SCHEMES;
-pub(crate) use registry::{open, open_redlock};

@@ -113,6 +113,19 @@ pub(crate) struct RedisStore {
     contended: Arc<contended::Contended>,
 }
 
+/// Opens the Redis family's store for `urls`: one URL is one server, a Sentinel-watched primary or a
+/// cluster (by its scheme); any other count is a Redlock over that many independent masters, which
+/// refuses a count that is not odd and three or more before anything is sent.
+pub(crate) async fn open(
+    urls: &[crate::url::StoreUrl],
+    settings: crate::lease::store::contract::Settings,
+) -> Result<Arc<dyn Store>> {
+    match urls {
+        [one] => Ok(Arc::new(RedisStore::connect(one, settings).await?)),
+        several => Ok(Arc::new(RedlockStore::connect(several, settings).await?)),
+    }
+}
+
 /// How often the renewal task looks at the data nodes' role and memory policy.
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(5);
 

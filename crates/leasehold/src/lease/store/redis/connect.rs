@@ -18,7 +18,7 @@ use super::sentinel::SentinelConn;
 use super::topology::{self, Topology};
 use super::{health, standalone, RedisStore};
 use crate::error::{Phase, Result};
-use crate::lease::store::Settings;
+use crate::lease::store::contract::Settings;
 use crate::url::StoreUrl;
 
 use super::changes::Feed;

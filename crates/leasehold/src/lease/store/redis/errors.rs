@@ -17,7 +17,7 @@ use std::time::Duration;
 use redis::RedisError;
 
 use crate::error::{Error, Phase, Result, StoreFailure};
-use crate::lease::store::StoreKind;
+use crate::lease::store::contract::StoreKind;
 
 /// A Redis driver error during `phase` as the crate's error ([`classify`]).
 pub(crate) fn redis_error(phase: Phase) -> impl FnOnce(RedisError) -> Error {

@@ -64,13 +64,13 @@ use self::errors::{redis_error, within};
 use self::keys::LeaseKeys;
 use self::scripts::{AcquireReply, Ask, Tuning};
 use self::server_time::ServerTime;
-use super::{
-    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
-};
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::clock::{ClockRate, ClockWatch};
 use crate::lease::metrics;
+use crate::lease::store::contract::{
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+};
 
 /// Most scripts sent in one pipeline; a larger batch goes out as several pipelines in a row, so the
 /// request and reply buffers stay small however many leases are held.
@@ -265,7 +265,7 @@ impl RedisStore {
 
     /// force_release.lua for every holder (`None`) or the one holding `holder`.
     async fn forced_release(&self, name: &str, holder: Option<&str>) -> Result<ForcedRelease> {
-        let op = super::new_token();
+        let op = crate::lease::store::contract::new_token();
         let inv = scripts::force_release(&self.lock_key(name), &op, holder, &self.tuning);
         let mut con = self.shared.clone();
         let (evicted, fence): (i64, i64) = self

@@ -19,7 +19,7 @@ use super::conn::{Nodes, Route};
 use super::errors::{self, within};
 use super::health;
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::Settings;
+use crate::lease::store::contract::Settings;
 use crate::url::StoreUrl;
 
 /// One server: checks that it answers (and takes the credentials) and is neither a cluster

@@ -9,9 +9,9 @@ use super::node::{self, Node};
 use super::quorum::majority;
 use super::{FenceRule, Inner, RedlockStore};
 use crate::error::{Error, Phase, Result};
+use crate::lease::store::contract::Settings;
 use crate::lease::store::redis::acl::{self, Deployment};
 use crate::lease::store::redis::errors::Failure;
-use crate::lease::store::Settings;
 use crate::url::StoreUrl;
 
 impl RedlockStore {

@@ -189,7 +189,7 @@ impl Default for Tuning {
             queue_life: Duration::from_secs(60),
             given_up_memory: Duration::from_secs(60),
             released_memory: Duration::from_secs(10),
-            retention: crate::lease::store::DEFAULT_RETENTION,
+            retention: crate::lease::store::contract::DEFAULT_RETENTION,
             cluster: false,
         }
     }

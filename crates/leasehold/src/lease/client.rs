@@ -420,6 +420,18 @@ impl LeaseClient {
         Ok(self.store().key_of(name))
     }
 
+    /// What else the store keeps for `name` besides [`key_of`](Self::key_of), each with what it is
+    /// (on Redis `("fence", key)` and `("queue", key)`; on a Redlock the fence and wake keys); empty
+    /// for a store that keeps nothing more.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for a name no store accepts.
+    pub fn extra_keys(&self, name: &str) -> Result<Vec<(&'static str, String)>> {
+        self.store().check_name(name)?;
+        Ok(self.store().extra_keys(name))
+    }
+
     /// The Redis keys this client's prefix gives `name` (what a Redis store uses, whichever store
     /// this client talks to).
     ///

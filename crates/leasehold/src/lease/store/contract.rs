@@ -331,6 +331,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Where `name` lives in this store (a Redis key, a row), for status output.
     fn key_of(&self, name: &str) -> String;
 
+    /// What else this store keeps for `name` besides [`key_of`](Store::key_of), each with what it
+    /// is (`("fence", key)`, `("queue", key)`), for status output; by default nothing. Called with
+    /// a name already checked.
+    fn extra_keys(&self, name: &str) -> Vec<(&'static str, String)> {
+        let _ = name;
+        Vec::new()
+    }
+
     /// How often the renewal task should take [`Store::look`] at the store; `None`: never.
     fn look_every(&self) -> Option<Duration> {
         None

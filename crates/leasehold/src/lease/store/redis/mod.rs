@@ -348,6 +348,12 @@ impl Store for RedisStore {
         true
     }
 
+    /// The fence's and the queue's keys.
+    fn extra_keys(&self, name: &str) -> Vec<(&'static str, String)> {
+        let keys = self.keys(name);
+        vec![("fence", keys.fence), ("queue", keys.queue)]
+    }
+
     fn key_of(&self, name: &str) -> String {
         self.lock_key(name)
     }

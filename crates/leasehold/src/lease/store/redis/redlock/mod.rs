@@ -222,6 +222,12 @@ impl Store for RedlockStore {
         self.inner.nodes.iter().map(Node::round_trips).sum()
     }
 
+    /// The fence's key and the wake list's, on every master.
+    fn extra_keys(&self, name: &str) -> Vec<(&'static str, String)> {
+        let keys = self.keys(name);
+        vec![("fence", keys.fence), ("wake", keys.wake)]
+    }
+
     fn key_of(&self, name: &str) -> String {
         self.keys(name).lock
     }

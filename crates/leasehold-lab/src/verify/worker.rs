@@ -232,7 +232,10 @@ impl Locker {
                 // measures what that opt-in accepts. A server that does not evict is unaffected.
                 let client = LeaseClient::builder(url.as_str())
                     .key_prefix(args.key.clone())
-                    .allow_eviction(true)
+                    .store_options(
+                        leasehold::lease::store::redis::RedisOptions::default()
+                            .allow_eviction(true),
+                    )
                     .connect()
                     .await?;
                 Self::Lease {

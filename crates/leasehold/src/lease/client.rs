@@ -103,14 +103,22 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// Accepts a Redis that may evict lease keys under memory pressure (`maxmemory` set with a
-    /// `maxmemory-policy` other than `noeviction`), which is refused at connect by default: an evicted
-    /// lock key lets a second holder in while the first still works. With this set, leasehold warns
-    /// once, keeps watching the policy, and reports a lease whose key was evicted as lost
-    /// ([`LostReason::Evicted`](crate::LostReason::Evicted)) at its next renewal. Use fenced writes on
-    /// such a Redis. Other stores ignore it.
-    pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.settings.allow_eviction = allow;
+    /// Options only one store reads, one value per type: the Redis family reads
+    /// [`RedisOptions`](crate::lease::store::redis::RedisOptions) (e.g. accepting a Redis that may
+    /// evict lease keys); every other store ignores it. A second value of one type replaces the
+    /// first.
+    ///
+    /// ```no_run
+    /// # async fn example() -> leasehold::Result<()> {
+    /// use leasehold::lease::store::redis::RedisOptions;
+    /// let client = leasehold::LeaseClient::builder("redis://127.0.0.1:6379")
+    ///     .store_options(RedisOptions::default().allow_eviction(true))
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn store_options<T: std::any::Any + Send + Sync>(mut self, options: T) -> Self {
+        self.settings.options.insert(options);
         self
     }
 
@@ -318,7 +326,7 @@ impl LeaseClient {
                 connect_timeout: Duration::from_secs(2),
                 tls_root_ca_pem: None,
                 retention: store::DEFAULT_RETENTION,
-                allow_eviction: false,
+                options: Default::default(),
             },
         }
     }

@@ -121,7 +121,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             tls_root_ca_pem: None,
             retention: DEFAULT_RETENTION,
-            allow_eviction: false,
+            options: Default::default(),
         };
         let err = open(&["mongodb://u:secret@h/db".to_owned()], settings)
             .await

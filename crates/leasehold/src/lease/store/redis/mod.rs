@@ -95,7 +95,7 @@ pub(crate) struct RedisStore {
     tuning: Tuning,
     /// The URL without its password.
     location: Arc<str>,
-    /// A Redis that may evict lease keys is accepted (`LeaseClientBuilder::allow_eviction`).
+    /// A Redis that may evict lease keys is accepted (`RedisOptions::allow_eviction`).
     allow_eviction: bool,
     /// What the last look at the data nodes found (policy, evicted keys), kept between looks.
     watch: Arc<health::Watch>,
@@ -123,6 +123,35 @@ pub(crate) async fn open(
     match urls {
         [one] => Ok(Arc::new(RedisStore::connect(one, settings).await?)),
         several => Ok(Arc::new(RedlockStore::connect(several, settings).await?)),
+    }
+}
+
+/// The Redis family's own options, handed to
+/// [`LeaseClientBuilder::store_options`](crate::LeaseClientBuilder::store_options); other stores
+/// ignore them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisOptions {
+    /// Accept a Redis that may evict lease keys under memory pressure (`maxmemory` set with a
+    /// `maxmemory-policy` other than `noeviction`), which is refused at connect by default: an
+    /// evicted lock key lets a second holder in while the first still works. With this set,
+    /// leasehold warns once, keeps watching the policy, and reports a lease whose key was evicted as
+    /// lost ([`LostReason::Evicted`](crate::LostReason::Evicted)) at its next renewal. Use fenced
+    /// writes on such a Redis.
+    pub allow_eviction: bool,
+}
+
+impl RedisOptions {
+    /// Sets [`allow_eviction`](Self::allow_eviction).
+    #[must_use]
+    pub const fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
+    /// The options `settings` carry (the defaults when none were given).
+    pub(crate) fn of(settings: &crate::lease::store::contract::Settings) -> Self {
+        settings.options.get::<Self>().copied().unwrap_or_default()
     }
 }
 

@@ -170,7 +170,7 @@ mod tests {
             connect_timeout: SEC,
             tls_root_ca_pem: None,
             retention: crate::lease::store::contract::DEFAULT_RETENTION,
-            allow_eviction: false,
+            options: Default::default(),
         };
         let store =
             RedisStore::connect(&crate::url::StoreUrl::parse(&srv.url()).unwrap(), settings)

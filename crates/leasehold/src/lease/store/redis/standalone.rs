@@ -55,7 +55,11 @@ pub(super) async fn connect(
         .map_err(errors::unauthorized_at(location))?;
     round_trips.fetch_add(1, Ordering::Relaxed);
     refuse_other_kinds(location, &facts)?;
-    health::check(location, &facts, settings.allow_eviction)?;
+    health::check(
+        location,
+        &facts,
+        super::RedisOptions::of(settings).allow_eviction,
+    )?;
 
     let manager_config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(response_timeout))

@@ -32,7 +32,7 @@ fn settings() -> Settings {
         connect_timeout: SEC,
         tls_root_ca_pem: None,
         retention: crate::lease::store::contract::DEFAULT_RETENTION,
-        allow_eviction: false,
+        options: Default::default(),
     }
 }
 

@@ -29,6 +29,7 @@ impl RedlockStore {
         settings: Settings,
         rule: FenceRule,
     ) -> Result<Self> {
+        let allow_eviction = crate::lease::store::redis::RedisOptions::of(&settings).allow_eviction;
         let shown: Vec<&str> = urls.iter().map(StoreUrl::redacted).collect();
         check_masters(urls, &shown)?;
         let nodes = urls
@@ -40,7 +41,7 @@ impl RedlockStore {
             futures::future::join_all(nodes.iter().map(|n| n.identify(limit, &settings.prefix)))
                 .await;
         let (seen, first_failure) =
-            check_identities(&nodes, &ids, settings.allow_eviction, &settings.prefix)?;
+            check_identities(&nodes, &ids, allow_eviction, &settings.prefix)?;
         let quorum = majority(nodes.len());
         if seen.len() < quorum {
             return Err(Error::NoQuorum {
@@ -69,7 +70,7 @@ impl RedlockStore {
         Ok(RedlockStore {
             inner: Arc::new(Inner {
                 nodes,
-                allow_eviction: settings.allow_eviction,
+                allow_eviction,
                 watch: Default::default(),
                 wake_order,
                 waits: std::sync::Mutex::new(HashMap::new()),

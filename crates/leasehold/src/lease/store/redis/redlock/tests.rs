@@ -57,7 +57,7 @@ impl Masters {
                 connect_timeout: ms(300),
                 tls_root_ca_pem: None,
                 retention: crate::lease::store::contract::DEFAULT_RETENTION,
-                allow_eviction: false,
+                options: Default::default(),
             },
             rule,
         )

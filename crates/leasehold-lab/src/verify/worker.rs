@@ -18,7 +18,8 @@ use anyhow::Context as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::watch;
 
-use leasehold::lease::{Lease, LeaseClient, LeaseKeys, LeaseOptions};
+use leasehold::lease::store::redis::keys::LeaseKeys;
+use leasehold::lease::{Lease, LeaseClient, LeaseOptions};
 
 use super::resource::fenced::Fenced;
 use super::resource::guards::Guards;

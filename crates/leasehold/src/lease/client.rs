@@ -440,17 +440,6 @@ impl LeaseClient {
         Ok(self.store().extra_keys(name))
     }
 
-    /// The Redis keys this client's prefix gives `name` (what a Redis store uses, whichever store
-    /// this client talks to).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Invalid`] for a name no store accepts.
-    #[cfg(feature = "redis")]
-    pub fn keys(&self, name: &str) -> Result<crate::lease::LeaseKeys> {
-        crate::lease::LeaseKeys::new(&self.inner.prefix, name)
-    }
-
     /// Checks a lease name the way acquire will, before anything is sent.
     ///
     /// # Errors

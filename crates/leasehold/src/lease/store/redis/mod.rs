@@ -136,7 +136,7 @@ pub struct RedisOptions {
     /// `maxmemory-policy` other than `noeviction`), which is refused at connect by default: an
     /// evicted lock key lets a second holder in while the first still works. With this set,
     /// leasehold warns once, keeps watching the policy, and reports a lease whose key was evicted as
-    /// lost ([`LostReason::Evicted`](crate::LostReason::Evicted)) at its next renewal. Use fenced
+    /// lost ([`LostReason::Evicted`]) at its next renewal. Use fenced
     /// writes on such a Redis.
     pub allow_eviction: bool,
 }

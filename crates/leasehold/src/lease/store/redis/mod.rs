@@ -19,12 +19,10 @@
 //! taken by other `SET NX PX` clients exclude and are excluded, but do not queue: they may take a free
 //! lock before a waiter whose refresh has not come yet.
 //!
-//! Layout: `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, a shared prelude,
-//! each behind one function that prepares its call), `renewal` (many leases renewed in batches), `conn` (the shared connection, dedicated
-//! connections for blocking commands on the key's node, round-trip counting), `topology` (the URL
-//! forms), `standalone` (one server), `sentinel` (the primary, followed across failovers), `cluster`
-//! (slot routing, redirects, pipelines split per master), `node` (reaching one node; what the
-//! topologies share).
+//! Layout: `keys`, `errors`, `health`, `conn`, `node`, `acl`, `scripts` (the family's one set, which
+//! every topology uses: `standalone`, `sentinel`, `cluster` (`topology` picks one from the URL) and
+//! `redlock`, several independent masters); this store's own steps: `queue` (a waiting acquire's
+//! round trip), `replicas` (`WAIT`), `renewal` (batches), `changes`, `inspect`, `options`.
 
 pub mod acl;
 mod changes;
@@ -37,6 +35,7 @@ pub(crate) mod health;
 mod inspect;
 pub mod keys;
 pub(super) mod node;
+mod options;
 mod queue;
 mod redlock;
 mod renewal;
@@ -47,6 +46,7 @@ mod server_time;
 mod standalone;
 mod topology;
 
+pub use options::RedisOptions;
 pub(crate) use redlock::RedlockStore;
 
 #[doc(hidden)]
@@ -123,35 +123,6 @@ pub(crate) async fn open(
     match urls {
         [one] => Ok(Arc::new(RedisStore::connect(one, settings).await?)),
         several => Ok(Arc::new(RedlockStore::connect(several, settings).await?)),
-    }
-}
-
-/// The Redis family's own options, handed to
-/// [`LeaseClientBuilder::store_options`](crate::LeaseClientBuilder::store_options); other stores
-/// ignore them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RedisOptions {
-    /// Accept a Redis that may evict lease keys under memory pressure (`maxmemory` set with a
-    /// `maxmemory-policy` other than `noeviction`), which is refused at connect by default: an
-    /// evicted lock key lets a second holder in while the first still works. With this set,
-    /// leasehold warns once, keeps watching the policy, and reports a lease whose key was evicted as
-    /// lost ([`LostReason::Evicted`]) at its next renewal. Use fenced
-    /// writes on such a Redis.
-    pub allow_eviction: bool,
-}
-
-impl RedisOptions {
-    /// Sets [`allow_eviction`](Self::allow_eviction).
-    #[must_use]
-    pub const fn allow_eviction(mut self, allow: bool) -> Self {
-        self.allow_eviction = allow;
-        self
-    }
-
-    /// The options `settings` carry (the defaults when none were given).
-    pub(crate) fn of(settings: &crate::lease::store::contract::Settings) -> Self {
-        settings.options.get::<Self>().copied().unwrap_or_default()
     }
 }
 

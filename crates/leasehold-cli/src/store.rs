@@ -24,11 +24,15 @@ pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
         [one] => LeaseClient::builder(one.clone()),
         many => LeaseClient::redlock(many),
     };
-    let connecting = builder
+    let builder = builder
         .key_prefix(store.key_prefix.clone())
-        .retention(store.retention)
-        .allow_eviction(store.allow_eviction)
-        .connect();
+        .retention(store.retention);
+    #[cfg(feature = "redis")]
+    let builder = builder.store_options(
+        leasehold::lease::store::redis::RedisOptions::default()
+            .allow_eviction(store.allow_eviction),
+    );
+    let connecting = builder.connect();
     let Ok(result) = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await else {
         eprintln!(
             "leasehold: cannot reach the store at {shown}: no answer within {}; check --store / LEASEHOLD_STORE and that the server is up",

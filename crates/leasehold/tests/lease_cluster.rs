@@ -67,7 +67,15 @@ async fn leases_spread_over_every_master_and_list_and_status_see_them_all() {
     }
     let masters: BTreeSet<usize> = names
         .iter()
-        .map(|n| cluster.master_of_key(c.keys(n).unwrap().lock).unwrap())
+        .map(|n| {
+            cluster
+                .master_of_key(
+                    leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), n)
+                        .unwrap()
+                        .lock,
+                )
+                .unwrap()
+        })
         .collect();
     assert_eq!(masters.len(), 3, "30 names land on all three masters");
 
@@ -144,7 +152,8 @@ async fn a_slot_migrated_while_the_lease_is_held_keeps_renew_and_release_working
         .build()
         .unwrap();
     let a = c.try_acquire("moving", &opts).await.unwrap();
-    let keys = c.keys("moving").unwrap();
+    let keys =
+        leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "moving").unwrap();
     let slot = key_slot(&keys.lock);
     let from = cluster.master_of_slot(slot).unwrap();
     let to = cluster
@@ -221,7 +230,8 @@ async fn a_release_while_its_slot_moves_is_done_whole_once_the_slot_has_moved() 
     let opts = LeaseOptions::builder().ttl(ms(10_000)).build().unwrap();
     let a = c.try_acquire("halfway", &opts).await.unwrap();
     let first = a.fence();
-    let keys = c.keys("halfway").unwrap();
+    let keys =
+        leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "halfway").unwrap();
     let slot = key_slot(&keys.lock);
     let from = cluster.master_of_slot(slot).unwrap();
     let to = cluster
@@ -268,7 +278,9 @@ async fn a_killed_master_with_the_write_replicated_keeps_the_lease_and_without_l
         .build()
         .unwrap();
     let a = c.try_acquire("kept", &careful).await.unwrap();
-    let key = c.keys("kept").unwrap().lock;
+    let key = leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "kept")
+        .unwrap()
+        .lock;
     let slot = key_slot(&key);
     let new = blocking(|| cluster.kill_master_of_slot(slot, SETTLE).unwrap());
     tokio::time::sleep(ms(1_000)).await;
@@ -292,11 +304,19 @@ async fn a_killed_master_with_the_write_replicated_keeps_the_lease_and_without_l
     let name = (0..)
         .map(|i| format!("lossy-{i}"))
         .find(|n| {
-            let m = cluster.master_of_key(c.keys(n).unwrap().lock).unwrap();
+            let m = cluster
+                .master_of_key(
+                    leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), n)
+                        .unwrap()
+                        .lock,
+                )
+                .unwrap();
             !cluster.replicas_of(m).unwrap().is_empty()
         })
         .unwrap();
-    let lossy_key = c.keys(&name).unwrap().lock;
+    let lossy_key = leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), &name)
+        .unwrap()
+        .lock;
     let master = cluster.master_of_key(&lossy_key).unwrap();
     let replica = cluster.replicas_of(master).unwrap()[0];
     blocking(|| {

@@ -218,7 +218,11 @@ async fn the_fence_survives_a_failover_to_a_replica_that_missed_the_last_write()
         l.release().await.unwrap();
     }
     let replica_fence: Option<u64> = redis::cmd("GET")
-        .arg(c.keys("job").unwrap().fence)
+        .arg(
+            leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "job")
+                .unwrap()
+                .fence,
+        )
         .query::<Option<String>>(&mut rcon)
         .unwrap()
         // The record begins with the fence (`<fence>:<flags>:<holder>:<released>`).

@@ -25,7 +25,9 @@ fn set_nx_px(srv: &leasehold_testkit::RedisServer, key: &str, token: &str, px: u
 async fn raw_set_nx_px_locks_and_leasehold_exclude_each_other() {
     let srv = server();
     let c = client(&srv).await;
-    let key = c.keys("shared").unwrap().lock;
+    let key = leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "shared")
+        .unwrap()
+        .lock;
 
     // A foreign lock first: leasehold is busy and reports the foreign TTL.
     assert!(set_nx_px(&srv, &key, "foreign-token", 800));
@@ -80,7 +82,9 @@ async fn redis_py_lock_and_leasehold_exclude_each_other() {
     }
     let srv = server();
     let c = client(&srv).await;
-    let key = c.keys("py").unwrap().lock;
+    let key = leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "py")
+        .unwrap()
+        .lock;
 
     // redis-py takes the lock (5 s timeout) and exits without releasing, as a crashed holder would.
     let token = python(

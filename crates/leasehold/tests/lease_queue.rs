@@ -143,7 +143,9 @@ async fn a_waiter_takes_a_lock_freed_by_a_foreign_release() {
     // DEL); nothing hands it over, and the queued waiter takes it at its next step.
     let srv = server();
     let c = client(&srv).await;
-    let key = c.keys("foreign").unwrap().lock;
+    let key = leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "foreign")
+        .unwrap()
+        .lock;
     let mut con = srv.connection().unwrap();
     let _: () = redis::cmd("SET")
         .arg(&key)
@@ -309,7 +311,8 @@ async fn thirty_two_processes_with_holders_and_waiters_sigkilled_never_overlap_n
         .release()
         .await
         .unwrap();
-    let keys = c.keys("killed").unwrap();
+    let keys =
+        leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "killed").unwrap();
     let mut con = srv.connection().unwrap();
     let n: i64 = redis::cmd("EXISTS")
         .arg(&keys.queue)

@@ -63,7 +63,9 @@ async fn a_lease_whose_write_reached_the_replica_survives_a_failover_and_renews_
         .build()
         .unwrap();
     let a = c.try_acquire("nightly", &opts).await.unwrap();
-    let key = c.keys("nightly").unwrap().lock;
+    let key = leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "nightly")
+        .unwrap()
+        .lock;
     let old = primary(&set);
     let new = 1 - old;
     assert_eq!(raw_get(&set, new, &key).as_deref(), Some(a.token()));
@@ -193,13 +195,18 @@ async fn a_demoted_primary_that_is_still_up_gets_no_more_writes() {
     });
     let new = primary(&set);
     assert_ne!(new, old);
-    let key = c.keys("report").unwrap().lock;
+    let key = leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "report")
+        .unwrap()
+        .lock;
     tokio::time::sleep(ms(1_500)).await;
 
     // The pinned client keeps writing to the old primary: accepted while that node still thinks it
     // is primary (the write is lost when the sentinels turn it into a replica), or refused with
     // READONLY once they have. Either way not where the lease lives now.
-    let pinned_key = pinned.keys("pinned").unwrap().lock;
+    let pinned_key =
+        leasehold::lease::store::redis::keys::LeaseKeys::new(pinned.key_prefix(), "pinned")
+            .unwrap()
+            .lock;
     match p.renew().await {
         Ok(()) => {
             // It believes it renewed; the primary's copy of its lock keeps running down.
@@ -232,7 +239,14 @@ async fn a_demoted_primary_that_is_still_up_gets_no_more_writes() {
         .try_acquire("fresh", &LeaseOptions::with_ttl(ms(5_000)).unwrap())
         .await
         .expect("new writes go to the new primary");
-    assert!(raw_get(&set, new, &c.keys("fresh").unwrap().lock).is_some());
+    assert!(raw_get(
+        &set,
+        new,
+        &leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "fresh")
+            .unwrap()
+            .lock
+    )
+    .is_some());
     b.release().await.unwrap();
     a.release().await.unwrap();
 }

@@ -145,7 +145,9 @@ async fn a_crashed_holders_expiry_is_noticed_without_a_release() {
     let c = client(&srv).await;
     // A holder that crashed: the key was set and nobody will release it or push a wake-up.
     let mut con = srv.connection().unwrap();
-    let key = c.keys("orphan").unwrap().lock;
+    let key = leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), "orphan")
+        .unwrap()
+        .lock;
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg("crashed")
@@ -281,7 +283,7 @@ async fn a_waiting_acquire_that_finds_the_name_busy_joins_behind_the_queue() {
     let late = client(&srv).await;
     let a = holder.try_acquire("line", &opts(10_000)).await.unwrap();
     let w1 = tokio::spawn(async move { first.acquire("line", &opts(10_000), ms(8_000)).await });
-    let key = leasehold::lease::LeaseKeys::new("leasehold", "line").unwrap();
+    let key = leasehold::lease::store::redis::keys::LeaseKeys::new("leasehold", "line").unwrap();
     let queued = |n: usize| {
         let key = key.queue.clone();
         let srv = &srv;

@@ -24,7 +24,9 @@ async fn connect_with(url: &str, allow_eviction: bool) -> leasehold::Result<Leas
         .key_prefix("shared")
         .response_timeout(ms(500))
         .connect_timeout(ms(500))
-        .allow_eviction(allow_eviction)
+        .store_options(
+            leasehold::lease::store::redis::RedisOptions::default().allow_eviction(allow_eviction),
+        )
         .connect()
         .await
 }

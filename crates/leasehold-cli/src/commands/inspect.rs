@@ -19,32 +19,23 @@ fn json(info: &LeaseInfo, client: &LeaseClient) -> serde_json::Value {
     if let Some(obj) = v.as_object_mut() {
         obj.insert("free".into(), info.free_permits().into());
         obj.insert("store".into(), client.store_kind().to_string().into());
-        redis_keys(obj, info, client);
+        extra_keys(obj, info, client);
     }
     v
 }
 
-/// For Redis and Redlock, the fence's and the queue's keys beside the lock's.
-#[cfg(feature = "redis")]
-fn redis_keys(
+/// The keys the store keeps beside the lock's (on Redis the fence's and the queue's).
+fn extra_keys(
     obj: &mut serde_json::Map<String, serde_json::Value>,
     info: &LeaseInfo,
     client: &LeaseClient,
 ) {
-    if matches!(
-        client.store_kind(),
-        leasehold::StoreKind::REDIS | leasehold::StoreKind::REDLOCK
-    ) {
-        if let Ok(keys) = client.keys(&info.name) {
-            obj.insert("fence_key".into(), keys.fence.into());
-            obj.insert("queue_key".into(), keys.queue.into());
+    if let Ok(keys) = client.extra_keys(&info.name) {
+        for (what, key) in keys {
+            obj.insert(format!("{what}_key"), key.into());
         }
     }
 }
-
-/// A build without Redis has no Redis keys to name.
-#[cfg(not(feature = "redis"))]
-fn redis_keys(_: &mut serde_json::Map<String, serde_json::Value>, _: &LeaseInfo, _: &LeaseClient) {}
 
 /// ` (for 3m12s)`: how long ago `unix_ms` was, by this machine's clock.
 fn since(unix_ms: u64) -> String {

@@ -213,7 +213,7 @@ fn names_on(
         let name = format!("{tag}-{i}");
         i += 1;
         anyhow::ensure!(i < 1_000_000, "no names found on the masters {masters:?}");
-        let key = leasehold::lease::LeaseKeys::new(SCALING_PREFIX, &name)?.lock;
+        let key = leasehold::lease::store::redis::keys::LeaseKeys::new(SCALING_PREFIX, &name)?.lock;
         if cluster.master_of_key(&key)? == target {
             names.push(name);
         }

@@ -59,7 +59,7 @@ pub(crate) async fn sentinel_failover_loses_a_lease(st: &mut Stage) -> anyhow::R
             .await
     };
     let a_client = connect(url.clone(), prefix.clone()).await?;
-    let keys = a_client.keys(name)?;
+    let keys = leasehold::lease::store::redis::keys::LeaseKeys::new(a_client.key_prefix(), name)?;
 
     // Cut the replica off: what the primary accepts from now on never reaches it.
     let (set, _) = off_runtime(move || {

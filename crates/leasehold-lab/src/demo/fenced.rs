@@ -90,7 +90,8 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<i32> {
     let lease = client
         .try_acquire(&args.key, &lease_options(args.ttl_ms)?)
         .await?;
-    let keys = client.keys(&args.key)?;
+    let keys =
+        leasehold::lease::store::redis::keys::LeaseKeys::new(client.key_prefix(), &args.key)?;
     println!(
         "CMD EVALSHA acquire.lua 1 {} <token> {} 0 ...\tfence {} (stored in {})",
         keys.lock,
@@ -145,7 +146,7 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
         .key_prefix(prefix.clone())
         .connect()
         .await?;
-    let keys = client.keys(name)?;
+    let keys = leasehold::lease::store::redis::keys::LeaseKeys::new(client.key_prefix(), name)?;
     let mut a = st.spawn_worker(
         "fenced",
         &[

@@ -18,7 +18,8 @@ use anyhow::Context as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::watch;
 
-use leasehold::lease::{Lease, LeaseClient, LeaseKeys, LeaseOptions};
+use leasehold::lease::store::redis::keys::LeaseKeys;
+use leasehold::lease::{Lease, LeaseClient, LeaseOptions};
 
 use super::resource::fenced::Fenced;
 use super::resource::guards::Guards;
@@ -232,7 +233,10 @@ impl Locker {
                 // measures what that opt-in accepts. A server that does not evict is unaffected.
                 let client = LeaseClient::builder(url.as_str())
                     .key_prefix(args.key.clone())
-                    .allow_eviction(true)
+                    .store_options(
+                        leasehold::lease::store::redis::RedisOptions::default()
+                            .allow_eviction(true),
+                    )
                     .connect()
                     .await?;
                 Self::Lease {

@@ -103,14 +103,22 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// Accepts a Redis that may evict lease keys under memory pressure (`maxmemory` set with a
-    /// `maxmemory-policy` other than `noeviction`), which is refused at connect by default: an evicted
-    /// lock key lets a second holder in while the first still works. With this set, leasehold warns
-    /// once, keeps watching the policy, and reports a lease whose key was evicted as lost
-    /// ([`LostReason::Evicted`](crate::LostReason::Evicted)) at its next renewal. Use fenced writes on
-    /// such a Redis. Other stores ignore it.
-    pub fn allow_eviction(mut self, allow: bool) -> Self {
-        self.settings.allow_eviction = allow;
+    /// Options only one store reads, one value per type: the Redis family reads
+    /// [`RedisOptions`](crate::lease::store::redis::RedisOptions) (e.g. accepting a Redis that may
+    /// evict lease keys); every other store ignores it. A second value of one type replaces the
+    /// first.
+    ///
+    /// ```no_run
+    /// # async fn example() -> leasehold::Result<()> {
+    /// use leasehold::lease::store::redis::RedisOptions;
+    /// let client = leasehold::LeaseClient::builder("redis://127.0.0.1:6379")
+    ///     .store_options(RedisOptions::default().allow_eviction(true))
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn store_options<T: std::any::Any + Send + Sync>(mut self, options: T) -> Self {
+        self.settings.options.insert(options);
         self
     }
 
@@ -147,8 +155,8 @@ impl LeaseClientBuilder {
         let prefix = self.settings.prefix.clone();
         let response_timeout = self.settings.response_timeout;
         let store = match &self.target {
-            Target::One(url) => store::open(url, self.settings).await?,
-            Target::Redlock(urls) => store::open_redlock(urls, self.settings).await?,
+            Target::One(url) => store::open(std::slice::from_ref(url), self.settings).await?,
+            Target::Redlock(urls) => store::open(urls, self.settings).await?,
         };
         Ok(LeaseClient::with_store(store, prefix, response_timeout))
     }
@@ -156,6 +164,15 @@ impl LeaseClientBuilder {
     /// Checks the settings before anything is opened.
     fn check(&self) -> Result<()> {
         crate::lease::names::check_prefix(&self.settings.prefix)?;
+        if let Target::Redlock(urls) = &self.target {
+            // One URL would open that one server: asked for a quorum, say it is not one.
+            if urls.len() == 1 {
+                return Err(Error::invalid(
+                    "redlock masters",
+                    "1 given; Redlock needs an odd number of independent Redis masters, at least 3 (for one server use LeaseClient::builder)",
+                ));
+            }
+        }
         let retention = self.settings.retention;
         if !(Duration::from_secs(1)..=MAX_RETENTION).contains(&retention) {
             return Err(Error::invalid(
@@ -309,7 +326,7 @@ impl LeaseClient {
                 connect_timeout: Duration::from_secs(2),
                 tls_root_ca_pem: None,
                 retention: store::DEFAULT_RETENTION,
-                allow_eviction: false,
+                options: Default::default(),
             },
         }
     }
@@ -423,15 +440,16 @@ impl LeaseClient {
         Ok(self.store().key_of(name))
     }
 
-    /// The Redis keys this client's prefix gives `name` (what a Redis store uses, whichever store
-    /// this client talks to).
+    /// What else the store keeps for `name` besides [`key_of`](Self::key_of), each with what it is
+    /// (on Redis `("fence", key)` and `("queue", key)`; on a Redlock the fence and wake keys); empty
+    /// for a store that keeps nothing more.
     ///
     /// # Errors
     ///
     /// [`Error::Invalid`] for a name no store accepts.
-    #[cfg(feature = "redis")]
-    pub fn keys(&self, name: &str) -> Result<crate::lease::LeaseKeys> {
-        crate::lease::LeaseKeys::new(&self.inner.prefix, name)
+    pub fn extra_keys(&self, name: &str) -> Result<Vec<(&'static str, String)>> {
+        self.store().check_name(name)?;
+        Ok(self.store().extra_keys(name))
     }
 
     /// Checks a lease name the way acquire will, before anything is sent.

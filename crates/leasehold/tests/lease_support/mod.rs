@@ -64,7 +64,7 @@ pub fn raw_get(server: &RedisServer, key: &str) -> Option<String> {
 #[cfg(feature = "redis")]
 /// The Redis lock key of a lease taken with the default key prefix.
 pub fn lock_key(lease: &leasehold::Lease) -> String {
-    leasehold::lease::LeaseKeys::new("leasehold", lease.name())
+    leasehold::lease::store::redis::keys::LeaseKeys::new("leasehold", lease.name())
         .expect("a held lease's name is valid")
         .lock
 }

@@ -20,7 +20,11 @@ use super::{eventually, ms};
 pub async fn queue_len(srv: &RedisServer, c: &LeaseClient, name: &str) -> i64 {
     let mut con = srv.connection().unwrap();
     redis::cmd("ZCARD")
-        .arg(c.keys(name).unwrap().queue)
+        .arg(
+            leasehold::lease::store::redis::keys::LeaseKeys::new(c.key_prefix(), name)
+                .unwrap()
+                .queue,
+        )
         .query(&mut con)
         .unwrap()
 }

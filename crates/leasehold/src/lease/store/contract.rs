@@ -29,7 +29,10 @@
 //!
 #![doc = concat!("```rust,ignore\n", include_str!("../../../tests/contract_memory.rs"), "```")]
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use async_trait::async_trait;
@@ -184,9 +187,35 @@ pub struct Settings {
     /// How long what a store keeps of a name (its last fence, its queue) outlives the name's last
     /// use; afterwards nothing of it is left.
     pub retention: Duration,
-    /// Use a Redis whose memory policy may evict lease keys (`maxmemory` with an evicting
-    /// `maxmemory-policy`), accepting that a lease may vanish; refused by default.
-    pub allow_eviction: bool,
+    /// Options only one store reads (the Redis store's `RedisOptions`), as handed to
+    /// [`LeaseClientBuilder::store_options`](crate::LeaseClientBuilder::store_options).
+    pub options: StoreOptions,
+}
+
+/// Options that only one store reads, one value per type, carried to every store unread by the rest
+/// (the Redis family reads [`RedisOptions`](crate::lease::store::redis::RedisOptions)). The generic
+/// client names no store: a store's own options travel here.
+#[derive(Clone, Default)]
+pub struct StoreOptions(Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
+
+impl StoreOptions {
+    /// Sets `options`, replacing any earlier value of its type.
+    pub fn insert<T: Any + Send + Sync>(&mut self, options: T) {
+        Arc::make_mut(&mut self.0).insert(TypeId::of::<T>(), Arc::new(options));
+    }
+
+    /// The value of type `T` set, if any.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.0
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.as_ref().downcast_ref::<T>())
+    }
+}
+
+impl fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreOptions({} set)", self.0.len())
+    }
 }
 
 /// How long what a store keeps of a name outlives its last use, by default.
@@ -200,7 +229,7 @@ impl fmt::Debug for Settings {
             .field("connect_timeout", &self.connect_timeout)
             .field("tls_root_ca_pem", &self.tls_root_ca_pem.is_some())
             .field("retention", &self.retention)
-            .field("allow_eviction", &self.allow_eviction)
+            .field("options", &self.options)
             .finish()
     }
 }
@@ -330,6 +359,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Where `name` lives in this store (a Redis key, a row), for status output.
     fn key_of(&self, name: &str) -> String;
+
+    /// What else this store keeps for `name` besides [`key_of`](Store::key_of), each with what it
+    /// is (`("fence", key)`, `("queue", key)`), for status output; by default nothing. Called with
+    /// a name already checked.
+    fn extra_keys(&self, name: &str) -> Vec<(&'static str, String)> {
+        let _ = name;
+        Vec::new()
+    }
 
     /// How often the renewal task should take [`Store::look`] at the store; `None`: never.
     fn look_every(&self) -> Option<Duration> {

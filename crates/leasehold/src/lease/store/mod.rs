@@ -31,10 +31,8 @@ pub(crate) mod mysql;
 mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(feature = "redis")]
-pub(crate) mod redlock;
 
 pub use crate::lease::clock::ClockRate;
 pub use contract::*;
+pub(crate) use registry::open;
 pub use registry::SCHEMES;
-pub(crate) use registry::{open, open_redlock};

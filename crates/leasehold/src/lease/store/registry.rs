@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::{Settings, Store};
+use super::contract::{Settings, Store};
 use crate::error::{Error, Result};
 use crate::url::StoreUrl;
 
@@ -39,18 +39,25 @@ pub const SCHEMES: &[&str] = &[
     "mariadb://",
 ];
 
-/// Opens the store `url` names, read once here ([`StoreUrl`]) and handed to the store as read. A
-/// malformed URL or an unknown scheme is [`Error::Invalid`] saying what is wrong (an unknown scheme:
-/// naming the schemes this build knows).
-pub(crate) async fn open(url: &str, settings: Settings) -> Result<Arc<dyn Store>> {
-    let parsed = StoreUrl::parse(url)?;
-    let url = &parsed;
+/// Opens the store `urls` name, each read once here ([`StoreUrl`]) and handed to the store as read.
+/// One URL: its scheme picks the store. Several: a Redlock over that many independent Redis masters
+/// (an odd number, three or more, each a URL the Redis store takes), the one store that spans
+/// servers it does not replicate between. A malformed URL, an unknown scheme, or several URLs of a
+/// store that takes one is [`Error::Invalid`] saying what is wrong (an unknown scheme: naming the
+/// schemes this build knows); the Redis family's own refusals (a count of masters that is not odd
+/// and three or more, a replica, two URLs naming one server) and [`Error::NoQuorum`] are its own.
+pub(crate) async fn open(urls: &[String], settings: Settings) -> Result<Arc<dyn Store>> {
+    let parsed = urls
+        .iter()
+        .map(|u| StoreUrl::parse(u))
+        .collect::<Result<Vec<_>>>()?;
+    let [url] = parsed.as_slice() else {
+        return open_several(&parsed, settings).await;
+    };
     match url.scheme() {
         #[cfg(feature = "redis")]
         "redis" | "rediss" | "redis-sentinel" | "rediss-sentinel" | "redis-cluster"
-        | "rediss-cluster" => Ok(Arc::new(
-            super::redis::RedisStore::connect(url, settings).await?,
-        )),
+        | "rediss-cluster" => super::redis::open(&parsed, settings).await,
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(Arc::new(
             super::etcd::EtcdStore::connect(url, settings).await?,
@@ -67,20 +74,12 @@ pub(crate) async fn open(url: &str, settings: Settings) -> Result<Arc<dyn Store>
     }
 }
 
-/// Opens a Redlock over `urls` (an odd number, three or more, of independent Redis masters, each a
-/// URL the Redis store takes). Wrong input is [`Error::Invalid`] before anything is sent (the count,
-/// a URL given twice, a scheme that is not Redis) or once the masters answered (a replica, two URLs
-/// naming one server); fewer than a majority answering is [`Error::NoQuorum`].
-pub(crate) async fn open_redlock(urls: &[String], settings: Settings) -> Result<Arc<dyn Store>> {
-    let urls = urls
-        .iter()
-        .map(|u| StoreUrl::parse(u))
-        .collect::<Result<Vec<_>>>()?;
+/// Several URLs (or none): only the Redis family spans several servers (Redlock), and it checks the
+/// count and every URL itself.
+async fn open_several(urls: &[StoreUrl], settings: Settings) -> Result<Arc<dyn Store>> {
     #[cfg(feature = "redis")]
     {
-        Ok(Arc::new(
-            super::redlock::RedlockStore::connect(&urls, settings).await?,
-        ))
+        super::redis::open(urls, settings).await
     }
     #[cfg(not(feature = "redis"))]
     {
@@ -88,7 +87,7 @@ pub(crate) async fn open_redlock(urls: &[String], settings: Settings) -> Result<
         Err(Error::invalid(
             "store url",
             format!(
-                "{} Redis masters given for Redlock, but this build of leasehold has no Redis store; enable the `redis` feature",
+                "{} URLs given for a Redlock, but this build of leasehold has no Redis store; enable the `redis` feature",
                 urls.len()
             ),
         ))
@@ -112,7 +111,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::lease::store::DEFAULT_RETENTION;
+    use crate::lease::store::contract::DEFAULT_RETENTION;
 
     #[tokio::test]
     async fn an_unknown_scheme_names_the_known_ones_and_hides_the_password() {
@@ -122,9 +121,11 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             tls_root_ca_pem: None,
             retention: DEFAULT_RETENTION,
-            allow_eviction: false,
+            options: Default::default(),
         };
-        let err = open("mongodb://u:secret@h/db", settings).await.unwrap_err();
+        let err = open(&["mongodb://u:secret@h/db".to_owned()], settings)
+            .await
+            .unwrap_err();
         let msg = err.to_string();
         assert!(
             matches!(

@@ -1,4 +1,4 @@
-//! Changes pushed to observers ([`Store::changes`](crate::lease::store::Store::changes)): an etcd
+//! Changes pushed to observers ([`Store::changes`](crate::lease::store::contract::Store::changes)): an etcd
 //! watch on every key of the name (its fence record, its contenders, its note), from the moment
 //! etcd confirms it on. etcd pushes what nobody else announces too: a holder's key deleted when its
 //! lease expires.
@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::keys::EtcdKeys;
 use super::EtcdStore;
-use crate::lease::store::Changes;
+use crate::lease::store::contract::Changes;
 
 impl EtcdStore {
     /// A watch on `name`'s keys, confirmed by etcd before this returns; `None` when it cannot be

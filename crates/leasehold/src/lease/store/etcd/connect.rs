@@ -21,7 +21,7 @@ use super::retention::RetentionLease;
 use super::{keys, prefix_end, EtcdStore};
 
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::Settings;
+use crate::lease::store::contract::Settings;
 use crate::url::StoreUrl;
 
 /// What the URL says.

@@ -5,7 +5,7 @@
 //! Limit: gRPC status codes are read as etcd documents them; a proxy that rewrites them misleads it.
 
 use crate::error::{Error, Phase, StoreFailure};
-use crate::lease::store::StoreKind;
+use crate::lease::store::contract::StoreKind;
 
 /// An etcd client error as the source of an [`Error::Store`]: shown with [`describe`] (the causes a
 /// transport error hides in its source chain, without the gRPC metadata).

@@ -9,7 +9,7 @@ use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use super::{keys, kvs_of, prefix_end, EtcdStore, INSPECT_CHUNK, LIST_PAGE};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
-use crate::lease::store::LeaseInfo;
+use crate::lease::store::contract::LeaseInfo;
 
 impl EtcdStore {
     pub(super) async fn inspect_names(&self, names: &[&str]) -> Result<Vec<LeaseInfo>> {

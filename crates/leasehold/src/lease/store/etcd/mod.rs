@@ -54,11 +54,11 @@ use self::keys::EtcdKeys;
 use self::members::Members;
 use self::queue::{Asked, Queued};
 use self::retention::RetentionLease;
-use super::{
-    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
-};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
+use crate::lease::store::contract::{
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+};
 
 /// Most names read in one transaction by `inspect` (two reads each; etcd allows 128 operations per
 /// transaction by default).

@@ -18,7 +18,7 @@ use super::errors::from_etcd;
 use super::keys::EtcdKeys;
 use super::{fence_at, kvs_of, revision_of, EtcdStore};
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::{Attempt, Grant, Request};
+use crate::lease::store::contract::{Attempt, Grant, Request};
 
 /// A contender of this client with a key in a queue.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use super::errors::{classify, missing_table};
 use super::wake::Wake;
 use super::{sweep, Core, MySqlStore, MAX_KEY_LEN};
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::Settings;
+use crate::lease::store::contract::Settings;
 use crate::url::StoreUrl;
 
 /// Statement connections per client: calls are short, so a few serve many leases.

@@ -9,7 +9,7 @@ use sqlx::mysql::MySqlDatabaseError;
 
 use super::TABLE;
 use crate::error::{Error, Phase, StoreFailure};
-use crate::lease::store::StoreKind;
+use crate::lease::store::contract::StoreKind;
 
 /// `ER_ACCESS_DENIED_ERROR`: unknown user or wrong password.
 const ACCESS_DENIED: u16 = 1045;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::{key, Core};
 use crate::error::{Phase, Result};
 use crate::fence::Fence;
-use crate::lease::store::LeaseInfo;
+use crate::lease::store::contract::LeaseInfo;
 use crate::lease::Glob;
 
 /// Names inspected by one statement.

@@ -36,9 +36,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::errors::{classify, is_stale_connection};
 use self::wake::{lock_name, Wake};
-use super::{Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
+use crate::lease::store::contract::{
+    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind,
+};
 
 /// The table the leases live in, for messages and status output.
 const TABLE: &str = "leasehold_leases";

@@ -15,7 +15,7 @@ use super::errors::{missing_tables, pg_error};
 use super::listen::Listener;
 use super::{statements, sweep, Core, PostgresStore, MAX_PREFIX_LEN};
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::Settings;
+use crate::lease::store::contract::Settings;
 use crate::url::StoreUrl;
 
 impl PostgresStore {

@@ -5,7 +5,7 @@
 
 use super::TABLE;
 use crate::error::{is_serialization_failure, Error, Phase, StoreFailure};
-use crate::lease::store::StoreKind;
+use crate::lease::store::contract::StoreKind;
 
 /// What went wrong talking to PostgreSQL during `phase`, in the caller's terms: leasehold's table
 /// missing (or from an older version) is a mistake to fix, named with the fix; anything else keeps

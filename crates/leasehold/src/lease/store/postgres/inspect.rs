@@ -5,7 +5,7 @@
 use super::{key, statements, Core, INSPECT_CHUNK};
 use crate::error::{Phase, Result};
 use crate::fence::Fence;
-use crate::lease::store::LeaseInfo;
+use crate::lease::store::contract::LeaseInfo;
 
 fn info(prefix: &str, row: statements::InfoRow) -> LeaseInfo {
     let (name, held, remaining_ms, fence) = row;

@@ -40,11 +40,11 @@ use tokio_util::sync::CancellationToken;
 use self::conn::Conns;
 use self::errors::{from_sqlx, pg_error};
 use self::listen::Listener;
-use super::{
-    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
-};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
+use crate::lease::store::contract::{
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+};
 
 /// The table the leases live in, for messages and status output.
 const TABLE: &str = "leasehold_leases";

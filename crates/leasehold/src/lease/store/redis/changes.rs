@@ -1,4 +1,4 @@
-//! Changes pushed to observers ([`Store::changes`](crate::lease::store::Store::changes)): one
+//! Changes pushed to observers ([`Store::changes`](crate::lease::store::contract::Store::changes)): one
 //! pub/sub session per store, subscribed to the change channel of each observed name,
 //! `{<prefix>:<name>}:changed` (a channel, not a key; on a Redis Cluster `PUBLISH` reaches every
 //! node, so the session may be on any of them).
@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::conn::{Nodes, Shared};
-use crate::lease::store::Changes;
+use crate::lease::store::contract::Changes;
 
 /// Names whose note this store wrote and has not released, kept so that their release is announced;
 /// past this many the set is emptied (a lease lost without a release stays in it), and a release

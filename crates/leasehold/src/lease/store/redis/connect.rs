@@ -18,7 +18,7 @@ use super::sentinel::SentinelConn;
 use super::topology::{self, Topology};
 use super::{health, standalone, RedisStore};
 use crate::error::{Phase, Result};
-use crate::lease::store::Settings;
+use crate::lease::store::contract::Settings;
 use crate::url::StoreUrl;
 
 use super::changes::Feed;
@@ -60,6 +60,7 @@ impl RedisStore {
             round_trips.clone(),
         ));
         tracing::debug!(url = %location, prefix = %settings.prefix, "redis lease store connected");
+        let allow_eviction = super::RedisOptions::of(&settings).allow_eviction;
         let store = RedisStore {
             shared: Counted {
                 con: shared,
@@ -75,7 +76,7 @@ impl RedisStore {
                 ..Tuning::with_retention(retention)
             },
             location: location.into(),
-            allow_eviction: settings.allow_eviction,
+            allow_eviction,
             watch: Arc::default(),
             clock: one_clock.then(Arc::default),
             server_time: Arc::default(),

@@ -11,12 +11,13 @@
 //! message then lists the commands leasehold's scripts use.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::RedisError;
 
 use crate::error::{Error, Phase, Result, StoreFailure};
-use crate::lease::store::StoreKind;
+use crate::lease::store::contract::StoreKind;
 
 /// A Redis driver error during `phase` as the crate's error ([`classify`]).
 pub(crate) fn redis_error(phase: Phase) -> impl FnOnce(RedisError) -> Error {
@@ -266,6 +267,86 @@ pub(crate) fn foreign_key(key: &str, found: &str) -> Error {
         what: format!("key `{key}`"),
         found: found.to_owned(),
         fix: wrong_key_fix(),
+    }
+}
+
+/// Why one Redlock master gave no answer (a majority that did not answer is
+/// [`Error::NoQuorum`](crate::Error::NoQuorum)), kept cheap to copy into every item of a batch it failed.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    /// The driver or the server failed.
+    Redis(redis::RedisError),
+    /// No answer within the bound.
+    Timeout(Duration),
+    /// Not usable: never reached since the store opened, or refused (replica, duplicate).
+    Unusable(Arc<str>),
+}
+
+impl Failure {
+    /// The crate error for this failure during `phase`.
+    pub(crate) fn to_error(&self, phase: Phase) -> Error {
+        match self {
+            Failure::Redis(e) => from_redis(phase, e.clone()),
+            Failure::Timeout(after) => Error::Timeout {
+                phase,
+                after: *after,
+            },
+            Failure::Unusable(why) => from_redis(
+                phase,
+                redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "redlock master not usable",
+                    why.to_string(),
+                )),
+            ),
+        }
+    }
+
+    /// Whether the connection to the master itself failed (as opposed to the master answering an
+    /// error for one request).
+    pub(crate) fn is_transport(&self) -> bool {
+        match self {
+            Failure::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+            }
+            Failure::Timeout(_) | Failure::Unusable(_) => true,
+        }
+    }
+}
+
+impl super::RedisStore {
+    /// `r`, with a key of the wrong type that Redis did not name (`WRONGTYPE`) named.
+    pub(super) async fn named<T>(&self, name: &str, r: Result<T>) -> Result<T> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.explain(name, e).await),
+        }
+    }
+
+    /// For a `WRONGTYPE` error: asks check.lua which key of `name` is not leasehold's (a read, only
+    /// after such an error) and names it; any other error as it is.
+    pub(super) async fn explain(&self, name: &str, e: Error) -> Error {
+        if !is_unnamed_foreign_key(&e) {
+            return e;
+        }
+        let mut con = self.shared.clone();
+        let inv = super::scripts::check(&self.lock_key(name));
+        match within(
+            Phase::Inspect,
+            self.limit(),
+            super::scripts::invoke(&mut con, &inv),
+        )
+        .await
+        {
+            Ok(v) => match super::scripts::foreign_of(v) {
+                Ok(Some((key, found))) => foreign_key(&key, &found),
+                _ => e,
+            },
+            Err(_) => e,
+        }
     }
 }
 

@@ -144,7 +144,7 @@ pub(crate) fn evicting(node: &str, facts: &NodeFacts) -> Error {
             "maxmemory is {} bytes with maxmemory-policy {}, so memory pressure can evict a lease key and give the name a second holder while the first still works",
             facts.maxmemory, facts.policy
         ),
-        fix: "set `maxmemory-policy noeviction` on a Redis kept for coordination, or opt in knowingly with --allow-eviction (LeaseClientBuilder::allow_eviction(true)): a lease whose key is evicted is then reported lost (LostReason::Evicted) at its next renewal".into(),
+        fix: "set `maxmemory-policy noeviction` on a Redis kept for coordination, or opt in knowingly with --allow-eviction (LeaseClientBuilder::store_options(RedisOptions::default().allow_eviction(true))): a lease whose key is evicted is then reported lost (LostReason::Evicted) at its next renewal".into(),
     }
 }
 

@@ -9,7 +9,7 @@ use super::keys::{glob_escape, LeaseKeys};
 use super::{scripts, RedisStore};
 use crate::error::{Phase, Result};
 use crate::fence::Fence;
-use crate::lease::store::{HolderInfo, LeaseInfo};
+use crate::lease::store::contract::{HolderInfo, LeaseInfo};
 use crate::lease::Glob;
 
 impl RedisStore {

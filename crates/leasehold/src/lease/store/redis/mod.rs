@@ -19,12 +19,10 @@
 //! taken by other `SET NX PX` clients exclude and are excluded, but do not queue: they may take a free
 //! lock before a waiter whose refresh has not come yet.
 //!
-//! Layout: `keys` (hash-tagged key names), `scripts` (one `.lua` file per script, a shared prelude,
-//! each behind one function that prepares its call), `renewal` (many leases renewed in batches), `conn` (the shared connection, dedicated
-//! connections for blocking commands on the key's node, round-trip counting), `topology` (the URL
-//! forms), `standalone` (one server), `sentinel` (the primary, followed across failovers), `cluster`
-//! (slot routing, redirects, pipelines split per master), `node` (reaching one node; what the
-//! topologies share).
+//! Layout: `keys`, `errors`, `health`, `conn`, `node`, `acl`, `scripts` (the family's one set, which
+//! every topology uses: `standalone`, `sentinel`, `cluster` (`topology` picks one from the URL) and
+//! `redlock`, several independent masters); this store's own steps: `queue` (a waiting acquire's
+//! round trip), `replicas` (`WAIT`), `renewal` (batches), `changes`, `inspect`, `options`.
 
 pub mod acl;
 mod changes;
@@ -37,12 +35,19 @@ pub(crate) mod health;
 mod inspect;
 pub mod keys;
 pub(super) mod node;
+mod options;
+mod queue;
+mod redlock;
 mod renewal;
+mod replicas;
 mod scripts;
 mod sentinel;
 mod server_time;
 mod standalone;
 mod topology;
+
+pub use options::RedisOptions;
+pub(crate) use redlock::RedlockStore;
 
 #[doc(hidden)]
 pub use scripts::sources as script_sources;
@@ -57,15 +62,15 @@ use tokio::time::Instant;
 use self::conn::{BlockingPool, Dedicated, Route, Shared};
 use self::errors::{redis_error, within};
 use self::keys::LeaseKeys;
-use self::scripts::{AcquireReply, Ask, HandOver, Tuning};
+use self::scripts::{AcquireReply, Ask, Tuning};
 use self::server_time::ServerTime;
-use super::{
-    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
-};
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::clock::{ClockRate, ClockWatch};
-use crate::lease::{metrics, ReplicaPolicy};
+use crate::lease::metrics;
+use crate::lease::store::contract::{
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+};
 
 /// Most scripts sent in one pipeline; a larger batch goes out as several pipelines in a row, so the
 /// request and reply buffers stay small however many leases are held.
@@ -90,7 +95,7 @@ pub(crate) struct RedisStore {
     tuning: Tuning,
     /// The URL without its password.
     location: Arc<str>,
-    /// A Redis that may evict lease keys is accepted (`LeaseClientBuilder::allow_eviction`).
+    /// A Redis that may evict lease keys is accepted (`RedisOptions::allow_eviction`).
     allow_eviction: bool,
     /// What the last look at the data nodes found (policy, evicted keys), kept between looks.
     watch: Arc<health::Watch>,
@@ -108,6 +113,19 @@ pub(crate) struct RedisStore {
     contended: Arc<contended::Contended>,
 }
 
+/// Opens the Redis family's store for `urls`: one URL is one server, a Sentinel-watched primary or a
+/// cluster (by its scheme); any other count is a Redlock over that many independent masters, which
+/// refuses a count that is not odd and three or more before anything is sent.
+pub(crate) async fn open(
+    urls: &[crate::url::StoreUrl],
+    settings: crate::lease::store::contract::Settings,
+) -> Result<Arc<dyn Store>> {
+    match urls {
+        [one] => Ok(Arc::new(RedisStore::connect(one, settings).await?)),
+        several => Ok(Arc::new(RedlockStore::connect(several, settings).await?)),
+    }
+}
+
 /// How often the renewal task looks at the data nodes' role and memory policy.
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(5);
 
@@ -123,85 +141,6 @@ impl std::fmt::Debug for RedisStore {
 
 fn ms_reply(pttl_ms: i64) -> Option<Duration> {
     u64::try_from(pttl_ms).ok().map(Duration::from_millis)
-}
-
-/// The `since` of a lease handed over while its waiter blocked: a local instant no later than the
-/// hand-over. The waiter's acquire ran at server time `queued_us`, after the pipeline left at `sent`;
-/// the hand-over ran at server time `handed_us`, after that. Counting the server's interval from
-/// `sent` therefore lands no later than the hand-over, as long as the two clocks run at the same rate
-/// (the drift allowance covers rates) and the server's clock did not step forward in between (a step
-/// forward of J makes it J late; Redis's own expiry is J early after such a step anyway). It is never
-/// later than `received`, when the grant was already in hand.
-fn handed_since(sent: Instant, received: Instant, queued_us: i64, handed_us: i64) -> Instant {
-    let between = Duration::from_micros(u64::try_from(handed_us - queued_us).unwrap_or(0));
-    sent + between.min(received.saturating_duration_since(sent))
-}
-
-/// Whether a grant popped after a busy step was made before that step ran: a grant for an earlier
-/// step (so never on a wait's first step, whose token is new) whose lock was deleted before its
-/// first TTL ran out (the grant lives as long as that TTL, so
-/// it cannot outlive the lock any other way). The hand-over's time is no later than the hand-over,
-/// the step's no earlier than the step (each the server's clock or a bound of it), so a grant made
-/// for this step is never taken for stale; one made less than the bounds' width after it may be,
-/// and then the next step finds the lock its own.
-fn grant_is_stale(grant: &HandOver, queued_us: i64) -> bool {
-    grant.at_us < queued_us
-}
-
-/// What one acquire-or-wait round trip came to, its connection still fit for the next one.
-enum WaitStep {
-    /// The lease is ours (taken by the script or handed over while we blocked); a replica wait may
-    /// follow on the same connection.
-    Granted(Grant),
-    /// The step's outcome as it is: busy, or refused.
-    Done(Result<Attempt>),
-}
-
-/// Reads acquire.lua's reply and what the `BLPOP` after it popped (`None`: the block ended). An
-/// error here (a grant that does not parse) leaves the connection in doubt: the caller drops it.
-fn wait_outcome(
-    req: &Request<'_>,
-    reply: AcquireReply,
-    popped: Option<(String, String)>,
-    sent: Instant,
-    received: Instant,
-) -> Result<WaitStep> {
-    Ok(match reply {
-        AcquireReply::Taken { fence, ttl_ms, .. } => WaitStep::Granted(Grant {
-            fence: Fence::new(fence),
-            since: sent,
-            ttl: granted_ttl(ttl_ms, req),
-            wakes_next: false,
-        }),
-        AcquireReply::Busy {
-            pttl_ms,
-            server_us: queued_us,
-            ..
-        } => {
-            let Some((_, grant)) = popped else {
-                // The holder's TTL was read before the block: what is left of it now.
-                let blocked = received.saturating_duration_since(sent);
-                return Ok(WaitStep::Done(Ok(Attempt::Busy {
-                    remaining: ms_reply(pttl_ms).map(|r| r.saturating_sub(blocked)),
-                })));
-            };
-            let h = HandOver::parse(&grant).map_err(redis_error(Phase::Wait))?;
-            if req.step > 0 && grant_is_stale(&h, queued_us) {
-                // Made for an earlier step, for a lock that is gone since (deleted by someone
-                // else): not a lease. The next step asks again.
-                return Ok(WaitStep::Done(Ok(Attempt::Busy { remaining: None })));
-            }
-            tracing::trace!(lease = req.name, fence = h.fence, "handed over");
-            WaitStep::Granted(Grant {
-                fence: Fence::new(h.fence),
-                since: handed_since(sent, received, queued_us, h.at_us),
-                ttl: granted_ttl(h.ttl_ms, req),
-                wakes_next: false,
-            })
-        }
-        AcquireReply::GivenUp => WaitStep::Done(Err(given_up())),
-        AcquireReply::PermitsInUse { permits } => WaitStep::Done(Err(permits_in_use(req, permits))),
-    })
 }
 
 impl RedisStore {
@@ -257,173 +196,6 @@ impl RedisStore {
             within(phase, self.response_timeout, scripts::load_all(&mut con)).await?;
         }
         Ok(con)
-    }
-
-    /// acquire.lua and `WAIT numreplicas timeout` in one pipeline on a dedicated connection (WAIT
-    /// counts the acknowledgements of its own connection's writes, and blocks it), then the replica
-    /// policy. Runs in a task of its own, so that a caller cancelled mid-way cannot leave a lease it
-    /// took behind: the task finishes and releases it.
-    async fn acquire_replicated(
-        &self,
-        req: &Request<'_>,
-        replicas: (u32, Duration, ReplicaPolicy),
-    ) -> Result<Attempt> {
-        let (this, name, token, opts, wait) = (
-            self.clone(),
-            req.name.to_owned(),
-            req.token.to_owned(),
-            req.opts.clone(),
-            req.wait,
-        );
-        let step = req.step;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let req = Request {
-                name: &name,
-                token: &token,
-                opts: &opts,
-                wait,
-                step,
-            };
-            let r = this.acquire_replicated_here(&req, replicas).await;
-            if let Err(Ok(Attempt::Taken(_))) = tx.send(r) {
-                // Nobody is waiting for it any more.
-                let _ = this.abandon(&req).await;
-            }
-        });
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::invalid(
-                "acquire",
-                "the acquiring task ended without an answer (runtime shutting down?)",
-            ))
-        })
-    }
-
-    async fn acquire_replicated_here(
-        &self,
-        req: &Request<'_>,
-        (numreplicas, wait_timeout, policy): (u32, Duration, ReplicaPolicy),
-    ) -> Result<Attempt> {
-        let sent_at = Instant::now();
-        let lock_key = self.lock_key(req.name);
-        let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
-        let inv = scripts::acquire_at(
-            &lock_key,
-            req.token,
-            ask(req),
-            Duration::ZERO,
-            &self.tuning,
-            self.server_time.estimate(),
-        );
-        let limit = wait_timeout + self.response_timeout * 2;
-        let replies = within(
-            Phase::Acquire,
-            limit,
-            scripts::pipeline(&mut con, [inv], Some(wait_cmd(numreplicas, wait_timeout))),
-        )
-        .await
-        .inspect_err(|_| self.blocking.clear())?;
-        self.blocking.put(con);
-        let mut replies = replies.into_iter();
-        let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))
-            .map_err(redis_error(Phase::Acquire))?;
-        if let Some(at) = reply.server_us() {
-            self.server_time.learn(sent_at, Instant::now(), at);
-        }
-        let acked: i64 = replies
-            .next()
-            .unwrap_or(Ok(redis::Value::Int(0)))
-            .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
-            .map_err(redis_error(Phase::Replicate))?;
-        let grant = match reply {
-            AcquireReply::Busy { pttl_ms, .. } => {
-                return Ok(Attempt::Busy {
-                    remaining: ms_reply(pttl_ms),
-                })
-            }
-            AcquireReply::GivenUp => return Err(given_up()),
-            AcquireReply::PermitsInUse { permits } => return Err(permits_in_use(req, permits)),
-            AcquireReply::Taken { fence, ttl_ms, .. } => Grant {
-                fence: Fence::new(fence),
-                since: sent_at,
-                ttl: granted_ttl(ttl_ms, req),
-                wakes_next: false,
-            },
-        };
-        self.replica_outcome(req, grant, acked, (numreplicas, policy))
-            .await
-    }
-
-    /// Applies the replica policy to a lease taken with `acked` acknowledgements.
-    async fn replica_outcome(
-        &self,
-        req: &Request<'_>,
-        grant: Grant,
-        acked: i64,
-        (numreplicas, policy): (u32, ReplicaPolicy),
-    ) -> Result<Attempt> {
-        if acked >= i64::from(numreplicas) {
-            return Ok(Attempt::Taken(grant));
-        }
-        match policy {
-            ReplicaPolicy::FailClosed => {
-                metrics::replica_shortfall("fail_closed");
-                tracing::warn!(
-                    lease = req.name,
-                    acked,
-                    wanted = numreplicas,
-                    "lock write not replicated; releasing (fail-closed)"
-                );
-                // Best effort: if this release fails, the lock expires after its TTL.
-                let _ = self.abandon(req).await;
-                Err(Error::NotReplicated {
-                    name: req.name.to_owned(),
-                    acked,
-                    wanted: i64::from(numreplicas),
-                })
-            }
-            ReplicaPolicy::FailOpen => {
-                metrics::replica_shortfall("fail_open");
-                tracing::warn!(
-                    lease = req.name,
-                    acked,
-                    wanted = numreplicas,
-                    "lock write not replicated; keeping the lease (fail-open)"
-                );
-                Ok(Attempt::Taken(grant))
-            }
-        }
-    }
-
-    /// `r`, with a key of the wrong type that Redis did not name (`WRONGTYPE`) named.
-    async fn named<T>(&self, name: &str, r: Result<T>) -> Result<T> {
-        match r {
-            Ok(v) => Ok(v),
-            Err(e) => Err(self.explain(name, e).await),
-        }
-    }
-
-    /// For a `WRONGTYPE` error: asks check.lua which key of `name` is not leasehold's (a read, only
-    /// after such an error) and names it; any other error as it is.
-    async fn explain(&self, name: &str, e: Error) -> Error {
-        if !errors::is_unnamed_foreign_key(&e) {
-            return e;
-        }
-        let mut con = self.shared.clone();
-        let inv = scripts::check(&self.lock_key(name));
-        match within(
-            Phase::Inspect,
-            self.limit(),
-            scripts::invoke(&mut con, &inv),
-        )
-        .await
-        {
-            Ok(v) => match scripts::foreign_of(v) {
-                Ok(Some((key, found))) => errors::foreign_key(&key, &found),
-                _ => e,
-            },
-            Err(_) => e,
-        }
     }
 
     /// `INFO` on every data node, with each node's name.
@@ -493,7 +265,7 @@ impl RedisStore {
 
     /// force_release.lua for every holder (`None`) or the one holding `holder`.
     async fn forced_release(&self, name: &str, holder: Option<&str>) -> Result<ForcedRelease> {
-        let op = super::new_token();
+        let op = crate::lease::store::contract::new_token();
         let inv = scripts::force_release(&self.lock_key(name), &op, holder, &self.tuning);
         let mut con = self.shared.clone();
         let (evicted, fence): (i64, i64) = self
@@ -515,17 +287,6 @@ impl RedisStore {
             fence: Fence::new(fence),
         })
     }
-}
-
-/// `WAIT numreplicas timeout`.
-fn wait_cmd(numreplicas: u32, timeout: Duration) -> redis::Cmd {
-    let mut cmd = redis::cmd("WAIT");
-    cmd.arg(numreplicas).arg(
-        u64::try_from(timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1),
-    );
-    cmd
 }
 
 /// The TTL a taken lock has, as acquire.lua reported it (a lock set without expiry by someone else's
@@ -560,93 +321,6 @@ fn given_up() -> Error {
     ))
 }
 
-impl RedisStore {
-    /// One round trip on a dedicated connection: acquire.lua (take it, or join the queue / refresh
-    /// our place) and a `BLPOP` of our own wake list for at most `block` (and at most the refresh
-    /// period), pipelined. Taken by the script: the `BLPOP` pops the grant the script left and returns
-    /// at once. Queued: it returns when a release hands us the lock (we hold it; nothing more to send)
-    /// or when the block ends (busy: the next call refreshes our place). With a replica wait, `WAIT`
-    /// follows on the same connection once the lease is ours.
-    async fn queue_step(&self, req: &Request<'_>, block: Duration) -> Result<Attempt> {
-        if let Some(refused) = self.watch.refusal() {
-            return Err(refused);
-        }
-        let block = block
-            .min(self.tuning.wait_refresh)
-            .max(Duration::from_millis(1));
-        let lock_key = self.lock_key(req.name);
-        let inv = scripts::acquire_at(
-            &lock_key,
-            req.token,
-            ask(req),
-            block,
-            &self.tuning,
-            self.server_time.estimate(),
-        );
-        let mut blpop = redis::cmd("BLPOP");
-        blpop
-            .arg(keys::wake_key(&self.prefix, req.name, req.token))
-            // Never "0", which blocks forever.
-            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
-        let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
-        let sent = Instant::now();
-        let replies = within(
-            Phase::Acquire,
-            block + self.response_timeout * 2,
-            scripts::pipeline(&mut con, [inv], Some(blpop)),
-        )
-        .await
-        .inspect_err(|_| self.blocking.clear())?;
-        let received = Instant::now();
-        let mut replies = replies.into_iter();
-        let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))
-            .map_err(redis_error(Phase::Acquire));
-        let reply = match reply {
-            Ok(r) => r,
-            Err(e) => {
-                self.blocking.put(con);
-                return Err(self.explain(req.name, e).await);
-            }
-        };
-        let popped: Option<(String, String)> = replies
-            .next()
-            .unwrap_or(Ok(redis::Value::Nil))
-            .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
-            .map_err(redis_error(Phase::Wait))?;
-        if let AcquireReply::Taken { .. } = reply {
-            // Taken free by the script, not handed over: the next wait on this name tries first.
-            self.contended.mark(req.name, false);
-        }
-        if let (AcquireReply::Taken { .. }, Some(at)) = (reply, reply.server_us()) {
-            // Taken: the BLPOP after it returned at once, so the round trip is a fair sample.
-            self.learn_time(sent, received, at);
-        }
-        let grant = match wait_outcome(req, reply, popped, sent, received)? {
-            WaitStep::Granted(grant) => grant,
-            WaitStep::Done(outcome) => {
-                self.blocking.put(con);
-                return outcome;
-            }
-        };
-        let Some((numreplicas, wait_timeout, policy)) = req.opts.replicas else {
-            self.blocking.put(con);
-            return Ok(Attempt::Taken(grant));
-        };
-        // The lock write was the releaser's (a hand-over) or ours; `WAIT` on this connection covers
-        // both, since the `BLPOP` that took our grant is itself a write that came after it.
-        let acked: i64 = within(
-            Phase::Replicate,
-            wait_timeout + self.response_timeout * 2,
-            wait_cmd(numreplicas, wait_timeout).query_async(&mut con),
-        )
-        .await
-        .inspect_err(|_| self.blocking.clear())?;
-        self.blocking.put(con);
-        self.replica_outcome(req, grant, acked, (numreplicas, policy))
-            .await
-    }
-}
-
 impl StoreKind {
     /// Redis: one server (`redis://`, `rediss://`), a primary found through Sentinel
     /// (`redis-sentinel://`, `rediss-sentinel://`) or a Redis Cluster (`redis-cluster://`,
@@ -672,6 +346,12 @@ impl Store for RedisStore {
 
     fn queues_waiters(&self) -> bool {
         true
+    }
+
+    /// The fence's and the queue's keys.
+    fn extra_keys(&self, name: &str) -> Vec<(&'static str, String)> {
+        let keys = self.keys(name);
+        vec![("fence", keys.fence), ("queue", keys.queue)]
     }
 
     fn key_of(&self, name: &str) -> String {
@@ -915,72 +595,5 @@ impl Store for RedisStore {
     /// (while its fence key lasts) or while someone holds it (its lock key, or a semaphore's holders).
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
         self.list_names(pattern).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_handed_lease_counts_from_no_later_than_the_hand_over() {
-        let sent = Instant::now();
-        let ms = Duration::from_millis;
-        let received = sent + ms(300);
-        // Handed over 200 ms (server time) after the acquire ran: 200 ms after the send at the latest.
-        assert_eq!(
-            handed_since(sent, received, 1_000_000, 1_200_000),
-            sent + ms(200)
-        );
-        // A server clock that stepped back between the two, or garbage: never before the send.
-        assert_eq!(handed_since(sent, received, 1_200_000, 1_000_000), sent);
-        // Never after the grant was in hand.
-        assert_eq!(handed_since(sent, received, 0, 9_000_000), received);
-    }
-
-    /// A grant whose time reads earlier than the step that popped it: refused from the second
-    /// step on (it may be left from an earlier step, for a lock deleted since), taken on the first
-    /// (the token is new, so nothing earlier can have left it; the times differ only by the width
-    /// of the clock estimates, which would otherwise cost a waiter handed the lease soon after its
-    /// first step one more round trip).
-    #[test]
-    fn an_early_looking_grant_is_stale_only_after_the_first_step() {
-        let opts = crate::lease::LeaseOptions::with_ttl(Duration::from_secs(5)).unwrap();
-        let busy = AcquireReply::Busy {
-            pttl_ms: 900,
-            server_us: 2_000_000,
-            exact: false,
-        };
-        let grant = Some(("wake".to_owned(), "7,1999000,5000".to_owned()));
-        let sent = Instant::now();
-        let received = sent + Duration::from_millis(2);
-        for step in [0, 1, 5] {
-            let req = Request {
-                name: "n",
-                token: "t",
-                opts: &opts,
-                wait: Duration::from_secs(1),
-                step,
-            };
-            let out = wait_outcome(&req, busy, grant.clone(), sent, received).unwrap();
-            match (step, out) {
-                (0, WaitStep::Granted(g)) => assert_eq!(g.fence, Fence::new(7)),
-                (1.., WaitStep::Done(Ok(Attempt::Busy { remaining: None }))) => {}
-                (step, _) => panic!("step {step}: wrong outcome"),
-            }
-        }
-        // A grant made after the step is taken on any step.
-        let later = Some(("wake".to_owned(), "8,2001000,5000".to_owned()));
-        let req = Request {
-            name: "n",
-            token: "t",
-            opts: &opts,
-            wait: Duration::from_secs(1),
-            step: 3,
-        };
-        assert!(matches!(
-            wait_outcome(&req, busy, later, sent, received).unwrap(),
-            WaitStep::Granted(_)
-        ));
     }
 }

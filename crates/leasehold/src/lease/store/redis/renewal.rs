@@ -19,7 +19,7 @@ use super::node::key_slot;
 use super::scripts::{self, RENEW_BATCH};
 use super::{RedisStore, CHUNK};
 use crate::error::{Phase, Result};
-use crate::lease::store::Held;
+use crate::lease::store::contract::Held;
 
 impl RedisStore {
     /// renew_many.lua for the locks of `held` in batches (per slot on a cluster) and renew.lua or
@@ -153,7 +153,7 @@ mod tests {
     use leasehold_testkit::RedisServer;
 
     use super::super::RedisStore;
-    use crate::lease::store::{Attempt, Held, Request, Settings, Store};
+    use crate::lease::store::contract::{Attempt, Held, Request, Settings, Store};
     use crate::lease::LeaseOptions;
 
     const SEC: Duration = Duration::from_secs(1);
@@ -169,8 +169,8 @@ mod tests {
             response_timeout: SEC,
             connect_timeout: SEC,
             tls_root_ca_pem: None,
-            retention: crate::lease::store::DEFAULT_RETENTION,
-            allow_eviction: false,
+            retention: crate::lease::store::contract::DEFAULT_RETENTION,
+            options: Default::default(),
         };
         let store =
             RedisStore::connect(&crate::url::StoreUrl::parse(&srv.url()).unwrap(), settings)

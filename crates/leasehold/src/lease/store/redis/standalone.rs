@@ -19,7 +19,7 @@ use super::conn::{Nodes, Route};
 use super::errors::{self, within};
 use super::health;
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::Settings;
+use crate::lease::store::contract::Settings;
 use crate::url::StoreUrl;
 
 /// One server: checks that it answers (and takes the credentials) and is neither a cluster
@@ -55,7 +55,11 @@ pub(super) async fn connect(
         .map_err(errors::unauthorized_at(location))?;
     round_trips.fetch_add(1, Ordering::Relaxed);
     refuse_other_kinds(location, &facts)?;
-    health::check(location, &facts, settings.allow_eviction)?;
+    health::check(
+        location,
+        &facts,
+        super::RedisOptions::of(settings).allow_eviction,
+    )?;
 
     let manager_config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(response_timeout))

@@ -8,7 +8,7 @@ use super::super::scripts::{self, AcquireReply, Ask, Tuning};
 use super::super::topology::{self, Topology};
 use super::super::RedisStore;
 use super::*;
-use crate::lease::store::{Held, Request, Settings, Store};
+use crate::lease::store::contract::{Held, Request, Settings, Store};
 use crate::lease::LeaseOptions;
 use leasehold_testkit::RedisCluster;
 
@@ -31,8 +31,8 @@ fn settings() -> Settings {
         response_timeout: SEC,
         connect_timeout: SEC,
         tls_root_ca_pem: None,
-        retention: crate::lease::store::DEFAULT_RETENTION,
-        allow_eviction: false,
+        retention: crate::lease::store::contract::DEFAULT_RETENTION,
+        options: Default::default(),
     }
 }
 
@@ -180,7 +180,7 @@ async fn a_batch_of_renewals_is_one_pipeline_per_master() {
         };
         assert!(matches!(
             store.acquire(&req).await.unwrap(),
-            crate::lease::store::Attempt::Taken(_)
+            crate::lease::store::contract::Attempt::Taken(_)
         ));
     }
     let held: Vec<Held<'_>> = names

@@ -1,6 +1,6 @@
 -- fence.lua: the server clock and the fence rule, written once for every lease script on Redis: it
 -- comes before lib.lua (the single-server, Sentinel and Cluster scripts) and begins each of Redlock's scripts
--- (redlock/scripts/mod.rs joins it in at compile time, as scripts/mod.rs does lib.lua).
+-- (scripts/redlock.rs joins it in at compile time, as scripts/mod.rs does lib.lua).
 
 -- The server's clock, read once per script (microseconds since 1970 are ~2^51: exact in a Lua double).
 local clock_us

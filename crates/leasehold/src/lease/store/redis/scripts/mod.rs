@@ -25,6 +25,8 @@ use redis::{RedisResult, Script, ToRedisArgs, Value};
 
 use super::server_time::Estimate;
 
+pub(crate) mod redlock;
+
 const ACQUIRE_LUA: &str = concat!(
     include_str!("names.lua"),
     include_str!("acquire_fast.lua"),
@@ -188,7 +190,7 @@ impl Default for Tuning {
             queue_life: Duration::from_secs(60),
             given_up_memory: Duration::from_secs(60),
             released_memory: Duration::from_secs(10),
-            retention: crate::lease::store::DEFAULT_RETENTION,
+            retention: crate::lease::store::contract::DEFAULT_RETENTION,
             cluster: false,
         }
     }

@@ -752,7 +752,7 @@ async fn a_stale_grant_is_told_apart_from_a_new_one() {
         .await
         .expect("the old grant");
     assert!(
-        super::super::grant_is_stale(&stale, server_us),
+        super::super::queue::grant_is_stale(&stale, server_us),
         "{stale:?} vs {server_us}"
     );
     // A grant made after the step is not.
@@ -761,7 +761,7 @@ async fn a_stale_grant_is_told_apart_from_a_new_one() {
         .await
         .expect("b was handed the lock");
     assert!(
-        !super::super::grant_is_stale(&fresh, server_us),
+        !super::super::queue::grant_is_stale(&fresh, server_us),
         "{fresh:?} vs {server_us}"
     );
 }

@@ -5,13 +5,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::errors::Failure;
 use super::node::{self, Node};
 use super::quorum::majority;
 use super::{FenceRule, Inner, RedlockStore};
 use crate::error::{Error, Phase, Result};
+use crate::lease::store::contract::Settings;
 use crate::lease::store::redis::acl::{self, Deployment};
-use crate::lease::store::Settings;
+use crate::lease::store::redis::errors::Failure;
 use crate::url::StoreUrl;
 
 impl RedlockStore {
@@ -29,6 +29,7 @@ impl RedlockStore {
         settings: Settings,
         rule: FenceRule,
     ) -> Result<Self> {
+        let allow_eviction = crate::lease::store::redis::RedisOptions::of(&settings).allow_eviction;
         let shown: Vec<&str> = urls.iter().map(StoreUrl::redacted).collect();
         check_masters(urls, &shown)?;
         let nodes = urls
@@ -40,7 +41,7 @@ impl RedlockStore {
             futures::future::join_all(nodes.iter().map(|n| n.identify(limit, &settings.prefix)))
                 .await;
         let (seen, first_failure) =
-            check_identities(&nodes, &ids, settings.allow_eviction, &settings.prefix)?;
+            check_identities(&nodes, &ids, allow_eviction, &settings.prefix)?;
         let quorum = majority(nodes.len());
         if seen.len() < quorum {
             return Err(Error::NoQuorum {
@@ -69,7 +70,7 @@ impl RedlockStore {
         Ok(RedlockStore {
             inner: Arc::new(Inner {
                 nodes,
-                allow_eviction: settings.allow_eviction,
+                allow_eviction,
                 watch: Default::default(),
                 wake_order,
                 waits: std::sync::Mutex::new(HashMap::new()),
@@ -196,4 +197,55 @@ pub(super) fn check_identity(
         ));
     }
     Ok(())
+}
+
+impl RedlockStore {
+    /// Starts a background check of every master still pending (rate-limited per master).
+    pub(super) fn check_pending(&self) {
+        for (i, node) in self.inner.nodes.iter().enumerate() {
+            if node.is_pending() && node.claim_check() {
+                let this = self.clone();
+                tokio::spawn(async move { this.check_later(i).await });
+            }
+        }
+    }
+
+    /// Checks master `i`, which did not answer when the store opened: a master that is a known
+    /// server under another URL, or a replica, is refused for good (logged as an error).
+    pub(super) async fn check_later(&self, i: usize) {
+        let node = &self.inner.nodes[i];
+        match node
+            .identify(self.inner.response_timeout * 2, &self.inner.prefix)
+            .await
+        {
+            Err(_) => node.check_failed(),
+            Ok(id) => {
+                let seen: HashMap<String, usize> = self
+                    .inner
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, n)| n.run_id().map(|r| (r, j)))
+                    .filter(|&(_, j)| j != i)
+                    .collect();
+                match check_identity(
+                    &self.inner.nodes,
+                    i,
+                    &id,
+                    &seen,
+                    self.inner.allow_eviction,
+                    &self.inner.prefix,
+                ) {
+                    Ok(()) => {
+                        tracing::info!(url = %node.location, "redlock master reachable and checked; it counts from now on");
+                        node.accept(id.run_id);
+                    }
+                    Err(e) => {
+                        tracing::error!(url = %node.location, error = %e, "redlock master refused; it never counts");
+                        node.refuse(e.to_string());
+                    }
+                }
+            }
+        }
+    }
 }

@@ -6,14 +6,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::errors::Failure;
-use super::keys::RedlockKeys;
 use super::node::Node;
 use super::RedlockStore;
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
+use crate::lease::store::contract::{HolderInfo, LeaseInfo};
+use crate::lease::store::redis::errors::Failure;
 use crate::lease::store::redis::keys::glob_escape;
-use crate::lease::store::{HolderInfo, LeaseInfo};
+use crate::lease::store::redis::keys::RedlockKeys;
 use crate::lease::Glob;
 
 /// One master's view of one name: the lock's `PTTL`, the recorded fence and the lock's token.

@@ -16,11 +16,11 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 use tokio::time::Instant;
 
-use super::errors::Failure;
 use crate::error::{Error, Result};
+use crate::lease::store::contract::Settings;
 use crate::lease::store::redis::acl::{self, Deployment};
 use crate::lease::store::redis::conn::{BlockingPool, Counted, Nodes, Route, Shared};
-use crate::lease::store::Settings;
+use crate::lease::store::redis::errors::Failure;
 use crate::url::StoreUrl;
 
 /// What `INFO server` and `ROLE` say a server is.

@@ -2,7 +2,7 @@
 //! script runs on one master and touches only that master's keys of one name.
 //!
 //! Limit: a script is atomic on its master only; agreement across masters is the client's counting
-//! (`super::quorum`), never a script's.
+//! (`super::super::redlock::quorum`), never a script's.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, ScriptInvocation, Value};
 
-use super::keys::RedlockKeys;
+use super::super::keys::RedlockKeys;
 
 /// Every script's source, loaded together (one `SCRIPT LOAD` pipeline) when a master is first
 /// checked and whenever one answers `NOSCRIPT` (after a restart): all or none, never a master that
@@ -21,19 +21,19 @@ use super::keys::RedlockKeys;
 /// `{<prefix>:<name>}:note`, the same key on a master either store uses).
 const SOURCES: [&str; 8] = [
     concat!(
-        include_str!("../../redis/scripts/fence.lua"),
-        include_str!("acquire.lua")
+        include_str!("fence.lua"),
+        include_str!("redlock/acquire.lua")
     ),
-    include_str!("confirm.lua"),
-    include_str!("renew.lua"),
-    include_str!("release.lua"),
+    include_str!("redlock/confirm.lua"),
+    include_str!("redlock/renew.lua"),
+    include_str!("redlock/release.lua"),
     concat!(
-        include_str!("../../redis/scripts/fence.lua"),
-        include_str!("force_release.lua")
+        include_str!("fence.lua"),
+        include_str!("redlock/force_release.lua")
     ),
-    include_str!("raise.lua"),
-    include_str!("../../redis/scripts/note.lua"),
-    include_str!("../../redis/scripts/read_note.lua"),
+    include_str!("redlock/raise.lua"),
+    include_str!("note.lua"),
+    include_str!("read_note.lua"),
 ];
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCES[0]));

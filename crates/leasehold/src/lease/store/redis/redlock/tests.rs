@@ -11,7 +11,7 @@ use leasehold_testkit::{Proxy, RedisServer};
 
 use super::*;
 use crate::lease::options::LeaseOptions;
-use crate::lease::store::Settings;
+use crate::lease::store::contract::Settings;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -56,8 +56,8 @@ impl Masters {
                 response_timeout: ms(300),
                 connect_timeout: ms(300),
                 tls_root_ca_pem: None,
-                retention: crate::lease::store::DEFAULT_RETENTION,
-                allow_eviction: false,
+                retention: crate::lease::store::contract::DEFAULT_RETENTION,
+                options: Default::default(),
             },
             rule,
         )
@@ -113,7 +113,7 @@ impl<'a> Try<'a> {
     fn new(name: &'a str, ttl: Duration) -> Self {
         Try {
             name,
-            token: crate::lease::store::new_token(),
+            token: crate::lease::store::contract::new_token(),
             opts: LeaseOptions::builder().ttl(ttl).build().unwrap(),
         }
     }

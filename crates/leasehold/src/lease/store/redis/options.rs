@@ -1,0 +1,35 @@
+//! The Redis family's own options, which the generic builder carries unread
+//! ([`StoreOptions`](crate::lease::store::contract::StoreOptions)) to whichever store reads them.
+//!
+//! Limit: a store of another family ignores them; nothing warns that they were given in vain.
+
+use crate::lease::store::contract::Settings;
+
+/// The Redis family's own options, handed to
+/// [`LeaseClientBuilder::store_options`](crate::LeaseClientBuilder::store_options); other stores
+/// ignore them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisOptions {
+    /// Accept a Redis that may evict lease keys under memory pressure (`maxmemory` set with a
+    /// `maxmemory-policy` other than `noeviction`), which is refused at connect by default: an
+    /// evicted lock key lets a second holder in while the first still works. With this set,
+    /// leasehold warns once, keeps watching the policy, and reports a lease whose key was evicted as
+    /// lost ([`LostReason::Evicted`](crate::LostReason::Evicted)) at its next renewal. Use fenced
+    /// writes on such a Redis.
+    pub allow_eviction: bool,
+}
+
+impl RedisOptions {
+    /// Sets [`allow_eviction`](Self::allow_eviction).
+    #[must_use]
+    pub const fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
+    /// The options `settings` carry (the defaults when none were given).
+    pub(crate) fn of(settings: &Settings) -> Self {
+        settings.options.get::<Self>().copied().unwrap_or_default()
+    }
+}

@@ -1,0 +1,98 @@
+//! Redlock's forced release: the lock deleted on every master that answers, and the fence advanced
+//! there and written back until a majority records it.
+//!
+//! Limit: a master that does not answer keeps its lock until its TTL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::acquire::proposal;
+use super::scripts;
+use super::RedlockStore;
+use crate::lease::store::redis::errors::Failure;
+use crate::lease::store::redis::keys::RedlockKeys;
+
+impl RedlockStore {
+    /// force_release.lua on every master at once: each master's answer (evicted, fence candidate),
+    /// `None` where it failed, and the first failure.
+    pub(super) async fn force_everywhere(
+        &self,
+        keys: &RedlockKeys,
+        limit: Duration,
+    ) -> (Vec<Option<(bool, u64)>>, Option<Failure>) {
+        let (n, rule) = (self.n(), self.inner.rule);
+        let proposal = proposal(rule);
+        let mut answers: Vec<Option<(bool, u64)>> = vec![None; n];
+        let mut first_failure = None;
+        let inv = Arc::new(scripts::force_release(
+            keys,
+            proposal,
+            self.fence_keys(rule),
+        ));
+        self.fan_out(
+            0..n,
+            |i, inner| {
+                let inv = inv.clone();
+                async move {
+                    let mut r = inner.nodes[i]
+                        .scripts(std::slice::from_ref(&*inv), limit)
+                        .await?;
+                    r.pop()
+                        .unwrap_or(Ok(redis::Value::Nil))
+                        .and_then(scripts::forced)
+                        .map_err(Failure::Redis)
+                }
+            },
+            |i, r| {
+                match r {
+                    Ok(a) => answers[i] = Some(a),
+                    Err(f) => {
+                        first_failure.get_or_insert(f);
+                    }
+                }
+                false
+            },
+        )
+        .await;
+        (answers, first_failure)
+    }
+
+    /// raise.lua on the masters `behind` the forced release's fence: how many now record it. A
+    /// failure is kept in `first_failure` when none is yet.
+    pub(super) async fn raise_behind(
+        &self,
+        keys: &RedlockKeys,
+        fence: u64,
+        behind: Vec<usize>,
+        limit: Duration,
+        first_failure: &mut Option<Failure>,
+    ) -> usize {
+        let mut raised = 0;
+        let inv = Arc::new(scripts::raise(keys, fence, self.inner.retention));
+        self.fan_out(
+            behind,
+            |i, inner| {
+                let inv = inv.clone();
+                async move {
+                    let mut r = inner.nodes[i]
+                        .scripts(std::slice::from_ref(&*inv), limit)
+                        .await?;
+                    scripts::flag_reply(r.pop().unwrap_or(Ok(redis::Value::Nil)))
+                        .map_err(Failure::Redis)
+                }
+            },
+            |_, r| {
+                match r {
+                    Ok(true) => raised += 1,
+                    Ok(false) => {}
+                    Err(f) => {
+                        first_failure.get_or_insert(f);
+                    }
+                }
+                false
+            },
+        )
+        .await;
+        raised
+    }
+}

@@ -1,0 +1,165 @@
+//! Replica acknowledgements after an acquire: `WAIT numreplicas timeout` on the connection that wrote
+//! the lock, then the replica policy (fail closed: release and refuse; fail open: keep the lease).
+//!
+//! Limit: `WAIT` narrows the window in which a failover loses the lock write; it never closes it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::errors::{redis_error, within};
+use super::scripts::{self, AcquireReply};
+use super::{ask, given_up, granted_ttl, ms_reply, permits_in_use, RedisStore};
+use crate::error::{Error, Phase, Result};
+use crate::fence::Fence;
+use crate::lease::store::contract::{Attempt, Grant, Request, Store};
+use crate::lease::{metrics, ReplicaPolicy};
+
+impl RedisStore {
+    /// acquire.lua and `WAIT numreplicas timeout` in one pipeline on a dedicated connection (WAIT
+    /// counts the acknowledgements of its own connection's writes, and blocks it), then the replica
+    /// policy. Runs in a task of its own, so that a caller cancelled mid-way cannot leave a lease it
+    /// took behind: the task finishes and releases it.
+    pub(super) async fn acquire_replicated(
+        &self,
+        req: &Request<'_>,
+        replicas: (u32, Duration, ReplicaPolicy),
+    ) -> Result<Attempt> {
+        let (this, name, token, opts, wait) = (
+            self.clone(),
+            req.name.to_owned(),
+            req.token.to_owned(),
+            req.opts.clone(),
+            req.wait,
+        );
+        let step = req.step;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let req = Request {
+                name: &name,
+                token: &token,
+                opts: &opts,
+                wait,
+                step,
+            };
+            let r = this.acquire_replicated_here(&req, replicas).await;
+            if let Err(Ok(Attempt::Taken(_))) = tx.send(r) {
+                // Nobody is waiting for it any more.
+                let _ = this.abandon(&req).await;
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::invalid(
+                "acquire",
+                "the acquiring task ended without an answer (runtime shutting down?)",
+            ))
+        })
+    }
+
+    async fn acquire_replicated_here(
+        &self,
+        req: &Request<'_>,
+        (numreplicas, wait_timeout, policy): (u32, Duration, ReplicaPolicy),
+    ) -> Result<Attempt> {
+        let sent_at = Instant::now();
+        let lock_key = self.lock_key(req.name);
+        let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
+        let inv = scripts::acquire_at(
+            &lock_key,
+            req.token,
+            ask(req),
+            Duration::ZERO,
+            &self.tuning,
+            self.server_time.estimate(),
+        );
+        let limit = wait_timeout + self.response_timeout * 2;
+        let replies = within(
+            Phase::Acquire,
+            limit,
+            scripts::pipeline(&mut con, [inv], Some(wait_cmd(numreplicas, wait_timeout))),
+        )
+        .await
+        .inspect_err(|_| self.blocking.clear())?;
+        self.blocking.put(con);
+        let mut replies = replies.into_iter();
+        let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))
+            .map_err(redis_error(Phase::Acquire))?;
+        if let Some(at) = reply.server_us() {
+            self.server_time.learn(sent_at, Instant::now(), at);
+        }
+        let acked: i64 = replies
+            .next()
+            .unwrap_or(Ok(redis::Value::Int(0)))
+            .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
+            .map_err(redis_error(Phase::Replicate))?;
+        let grant = match reply {
+            AcquireReply::Busy { pttl_ms, .. } => {
+                return Ok(Attempt::Busy {
+                    remaining: ms_reply(pttl_ms),
+                })
+            }
+            AcquireReply::GivenUp => return Err(given_up()),
+            AcquireReply::PermitsInUse { permits } => return Err(permits_in_use(req, permits)),
+            AcquireReply::Taken { fence, ttl_ms, .. } => Grant {
+                fence: Fence::new(fence),
+                since: sent_at,
+                ttl: granted_ttl(ttl_ms, req),
+                wakes_next: false,
+            },
+        };
+        self.replica_outcome(req, grant, acked, (numreplicas, policy))
+            .await
+    }
+
+    /// Applies the replica policy to a lease taken with `acked` acknowledgements.
+    pub(super) async fn replica_outcome(
+        &self,
+        req: &Request<'_>,
+        grant: Grant,
+        acked: i64,
+        (numreplicas, policy): (u32, ReplicaPolicy),
+    ) -> Result<Attempt> {
+        if acked >= i64::from(numreplicas) {
+            return Ok(Attempt::Taken(grant));
+        }
+        match policy {
+            ReplicaPolicy::FailClosed => {
+                metrics::replica_shortfall("fail_closed");
+                tracing::warn!(
+                    lease = req.name,
+                    acked,
+                    wanted = numreplicas,
+                    "lock write not replicated; releasing (fail-closed)"
+                );
+                // Best effort: if this release fails, the lock expires after its TTL.
+                let _ = self.abandon(req).await;
+                Err(Error::NotReplicated {
+                    name: req.name.to_owned(),
+                    acked,
+                    wanted: i64::from(numreplicas),
+                })
+            }
+            ReplicaPolicy::FailOpen => {
+                metrics::replica_shortfall("fail_open");
+                tracing::warn!(
+                    lease = req.name,
+                    acked,
+                    wanted = numreplicas,
+                    "lock write not replicated; keeping the lease (fail-open)"
+                );
+                Ok(Attempt::Taken(grant))
+            }
+        }
+    }
+}
+
+/// `WAIT numreplicas timeout`.
+pub(super) fn wait_cmd(numreplicas: u32, timeout: Duration) -> redis::Cmd {
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(numreplicas).arg(
+        u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1),
+    );
+    cmd
+}

@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use leasehold_model::checker;
 use leasehold_model::keyspace::{Entry, Keyspace, Value as KValue};
 use leasehold_model::scripts::{self, Call, Estimate, Mutation, Names, Reply, Timings};
 use leasehold_testkit::RedisServer;
@@ -376,6 +377,9 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
     // How often the paths that matter ran: a release or an abandon that handed the lock on, a grant
     // popped off a wake list, a retry of the same call.
     let (mut hand_overs, mut grants_popped, mut retries) = (0u64, 0u64, 0u64);
+    // Grants popped after a busy queue step, judged by the model's stale-grant rule and by the Redis
+    // store's own decision: (taken, thrown away as stale).
+    let (mut grants_fresh, mut grants_stale) = (0u64, 0u64);
     // Batched renewals that renewed a lock, and those that renewed one and refused another.
     let (mut batches_renewing, mut batches_mixed) = (0u64, 0u64);
     for seed in first_seed..first_seed + sequences {
@@ -397,6 +401,8 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
             permits: if rng.random_bool(0.25) { 2 } else { 1 },
         };
         let mut done: Vec<Step> = Vec::new();
+        // Per (name, token) of a lock: the queue steps sent and the server µs of the last busy one.
+        let mut waits: HashMap<(usize, String), (u32, i64)> = HashMap::new();
         for _ in 0..steps {
             let step = draw.step(&mut rng, now, done.last());
             if matches!((&step, done.last()), (Step::Script(i, a), Some(Step::Script(j, b))) if i == j && a == b)
@@ -461,6 +467,49 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
                     hand_overs += 1;
                 }
             }
+            match (&step, &predicted) {
+                (
+                    Step::Script(
+                        i,
+                        Call::Acquire {
+                            token,
+                            wait: true,
+                            permits: 1,
+                            ..
+                        },
+                    ),
+                    Reply::Array(r),
+                ) => match r.as_slice() {
+                    [Reply::Int(0), _, Reply::Int(us), ..] => {
+                        let w = waits.entry((*i, token.clone())).or_insert((0, 0));
+                        *w = (w.0 + 1, *us);
+                    }
+                    _ => {
+                        waits.remove(&(*i, token.clone()));
+                    }
+                },
+                (Step::TakeGrant(i, token), Reply::Bulk(grant)) => {
+                    if let Some((steps, queued_us)) = waits.get(&(*i, token.clone())).copied() {
+                        let step = steps.saturating_sub(1);
+                        let at_us: i64 = grant
+                            .split(',')
+                            .nth(1)
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        let model = checker::grant_is_stale(step, at_us, queued_us);
+                        let store =
+                            leasehold::lease::store::redis::stale_grant(grant, step, queued_us);
+                        assert_eq!(
+                            Some(model),
+                            store,
+                            "seed {seed}: grant {grant:?} popped by step {step} after a busy reply at {queued_us}: the model says stale {model}, the store {store:?}"
+                        );
+                        grants_stale += u64::from(model);
+                        grants_fresh += u64::from(!model);
+                    }
+                }
+                _ => {}
+            }
             if let (Step::Script(_, Call::RenewMany { .. }), Reply::Array(r)) = (&step, &predicted)
             {
                 if let Some(Reply::Bulk(flags)) = r.first() {
@@ -506,12 +555,14 @@ fn the_scripts_answer_and_write_what_the_model_predicts() {
     eprintln!(
         "{sequences} sequences of {steps} steps in {:.1?}; calls per script {calls_by_script:?}; \
          replies {replies_seen:?}; hand-overs {hand_overs}, grants popped {grants_popped}, \
-         retries {retries}, batched renewals that renewed {batches_renewing} (and refused another \
+         retries {retries}, grants after a busy step taken {grants_fresh} and thrown away as stale \
+         {grants_stale}, batched renewals that renewed {batches_renewing} (and refused another \
          lock {batches_mixed})",
         started.elapsed()
     );
     assert!(hand_overs > 0 && grants_popped > 0 && retries > 0);
     assert!(batches_renewing > 0 && batches_mixed > 0);
+    assert!(grants_fresh > 0, "no grant popped after a busy step");
     // Every script was exercised, and the runs reached the interesting replies.
     for s in [
         "acquire",

@@ -50,6 +50,8 @@ pub use options::RedisOptions;
 pub(crate) use redlock::RedlockStore;
 
 #[doc(hidden)]
+pub use queue::stale_grant;
+#[doc(hidden)]
 pub use scripts::sources as script_sources;
 
 use std::sync::atomic::{AtomicU64, Ordering};

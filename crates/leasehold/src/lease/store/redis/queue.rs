@@ -96,6 +96,42 @@ fn wait_outcome(
     })
 }
 
+/// The store's verdict on `grant` (the text a wait step's `BLPOP` popped off the wake list) after
+/// that step's script answered busy at server µs `queued_us`, on queue step `step` (0: the first
+/// for its token): `Some(true)` when [`wait_outcome`] throws it away as stale, `Some(false)` when it
+/// takes it, `None` when the text is not a grant. For the protocol model's tests, which compare it
+/// with the model's rule on every grant they pop. Not an API: hidden, and may change.
+#[doc(hidden)]
+pub fn stale_grant(grant: &str, step: u32, queued_us: i64) -> Option<bool> {
+    let opts = crate::lease::LeaseOptions::with_ttl(Duration::from_secs(30)).ok()?;
+    let req = Request {
+        name: "model",
+        token: "model",
+        opts: &opts,
+        wait: Duration::from_secs(1),
+        step,
+    };
+    let busy = AcquireReply::Busy {
+        pttl_ms: 1,
+        server_us: queued_us,
+        exact: true,
+    };
+    let now = Instant::now();
+    match wait_outcome(
+        &req,
+        busy,
+        Some((String::new(), grant.to_owned())),
+        now,
+        now,
+    )
+    .ok()?
+    {
+        WaitStep::Granted(_) => Some(false),
+        WaitStep::Done(Ok(Attempt::Busy { .. })) => Some(true),
+        WaitStep::Done(_) => None,
+    }
+}
+
 impl RedisStore {
     /// One round trip on a dedicated connection: acquire.lua (take it, or join the queue / refresh
     /// our place) and a `BLPOP` of our own wake list for at most `block` (and at most the refresh

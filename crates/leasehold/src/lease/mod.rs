@@ -47,9 +47,9 @@
 //! [`signal`] (the [`LostSignal`], and the [`HealthWatch`] that says a lease is
 //! [`Suspect`](LeaseHealth::Suspect) before it is lost), `clock` (the store's clock rate, learned
 //! from the store's time in its replies), and [`store`] (where leases live: the one trait every store
-//! implements, and the stores: `store::redis` (one server, Sentinel, Cluster), `store::redlock`
-//! over several independent masters, opened with [`LeaseClient::redlock`], `store::postgres` and
-//! `store::etcd`; `docs/stores.md` compares them). [`options`] and `names` say what is accepted;
+//! implements, and the stores: `store::redis`, the Redis family (one server, Sentinel, Cluster, and
+//! Redlock over several independent masters, opened with [`LeaseClient::redlock`]),
+//! `store::postgres`, `store::mysql` and `store::etcd`; `docs/stores.md` compares them). [`options`] and `names` say what is accepted;
 //! [`metrics`] names what is measured. `recorded` pairs a held lease with the typed record its
 //! holder keeps beside it (its note): what an election's leader, a scheduled slot's run and a
 //! [`holder`] label share (the codec, the rule matching a record to the current holder, the clock).

@@ -375,6 +375,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// A look at how the store is configured, on the renewal task's slow cadence (never on the
     /// acquire path): a Redis store reads each data node's role, memory policy and evicted keys.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read: dropped, nothing is left half done; the next look starts again.
     async fn look(&self) {}
 
     /// What the store's replies taught about its clock's rate against ours (store seconds per local
@@ -386,6 +390,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Why a lease taken at `since` whose renewal found it not ours any more was lost: the store
     /// may know better than [`LostReason::NotOurs`] (a Redis that evicted keys meanwhile).
+    ///
+    /// # Cancel safety
+    ///
+    /// A read: dropped, nothing changes.
     async fn lost_reason(&self, since: Instant) -> LostReason {
         let _ = since;
         LostReason::NotOurs
@@ -393,10 +401,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Takes the lease if free; else says how long it stays busy (and, when `req.wait` is above zero,
     /// a store with a queue enqueues the caller).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe on its own: dropped after the request left, the lease may have been taken or
+    /// the caller queued, and the store cannot say which. The client then calls [`Store::abandon`]
+    /// with the same request (its abandon guard), so an implementation must make that undo either.
     async fn acquire(&self, req: &Request<'_>) -> Result<Attempt>;
 
     /// Blocks until the store wakes this waiter or hands it the lease, or `block` passes. Never
     /// blocks a connection that other calls share.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Store::acquire`]: dropped mid-block, the caller's place (or a lease handed over
+    /// meanwhile) is left to [`Store::abandon`], which the client calls.
     async fn wait_turn(&self, req: &Request<'_>, block: Duration) -> Result<Turn>;
 
     /// One step of a waiting acquire (`req.wait` is the time the caller has left): the lease if it is
@@ -408,6 +427,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// holder's remaining time plus jitter, at most `block`. A store with a queue may do both in one
     /// request: join the queue (or refresh the caller's place in it) and block until handed the
     /// lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Store::acquire`]: dropped, what it took or joined is undone by [`Store::abandon`],
+    /// which the client calls; the default's two calls need nothing more.
     async fn acquire_or_wait(&self, req: &Request<'_>, block: Duration) -> Result<Attempt> {
         match self.acquire(req).await? {
             taken @ Attempt::Taken(_) => Ok(taken),
@@ -426,6 +450,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// The caller gave up on `req` (cancelled or timed out): leave any queue, and release the lease
     /// if it was taken or handed over in the meantime. Safe to call when nothing was taken.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop and to run again: it may or may not have run, and running it twice has the
+    /// effect of running it once. Left undone, a queue entry lapses after its liveness window and a
+    /// lease after its TTL.
     async fn abandon(&self, req: &Request<'_>) -> Result<()> {
         self.release(&[Held {
             name: req.name,
@@ -440,17 +470,39 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Resets the TTL of each lease that still holds its token: per item `Ok(true)` renewed,
     /// `Ok(false)` not ours any more, `Err` refused. The outer error: the batch did not get through.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: some leases of the batch may have been renewed and others not; renewing again
+    /// is harmless (a retry renews once more), and a lease left unrenewed runs out on its TTL,
+    /// which its holder's deadline already counts.
     async fn renew(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>>;
 
     /// Releases each lease that still holds its token and wakes a waiter: per item as [`Store::renew`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop and to run again: some leases may be released and others not; a release run
+    /// again says released for one already released (within the lease's TTL) and acts once; one
+    /// never sent runs out on its TTL.
     async fn release(&self, held: &[Held<'_>]) -> Result<Vec<Result<bool>>>;
 
     /// Operator's override: frees `name` whoever holds it (every holder of a semaphore) and advances
     /// its fence.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped after the request left, it may have taken effect; calling it again frees whoever
+    /// holds the name then and advances the fence once more (never backwards).
     async fn force_release(&self, name: &str) -> Result<ForcedRelease>;
 
     /// Operator's override for one holder: evicts the holder of `name` whose token is `token`, if it
     /// holds it, and advances the fence. The default refuses: a store without per-holder eviction.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Store::force_release`]: dropped, it may have taken effect; again, it finds the holder
+    /// gone.
     async fn force_release_holder(&self, name: &str, token: &str) -> Result<ForcedRelease> {
         let _ = (name, token);
         Err(Error::invalid(
@@ -465,6 +517,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// held (a store may keep it until the name's retention passes). Running it twice writes the same
     /// note twice. For a lock only; a semaphore's permits keep no note. The default refuses: a store
     /// that keeps no notes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: the note may or may not have been written; writing the same note again has the
+    /// effect of writing it once.
     async fn write_note(&self, held: &Held<'_>, note: &[u8]) -> Result<bool> {
         let _ = (held, note);
         Err(no_notes(self.kind()))
@@ -473,6 +530,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The note last written beside `name` ([`Store::write_note`]), by whichever holder wrote it
     /// (`None`: none kept). A reader tells a note of the current holder from an older one by what it
     /// wrote in it (an election writes its term, which is the holder's fence).
+    ///
+    /// # Cancel safety
+    ///
+    /// A read: dropped, nothing changes.
     async fn read_note(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let _ = name;
         Err(no_notes(self.kind()))
@@ -483,6 +544,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// slots by, so that replicas whose own clocks disagree agree on the time. `None` (the
     /// default): a store with no clock of its own (etcd) or whose replies come from several clocks
     /// (Redlock).
+    ///
+    /// # Cancel safety
+    ///
+    /// A read: dropped, nothing changes.
     async fn wall_clock_ms(&self) -> Result<Option<i64>> {
         Ok(None)
     }
@@ -493,15 +558,28 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// your own), or cannot now (its subscription could not be opened); the reader then reads on a
     /// timer. Dropping the [`Changes`] ends the subscription. A notice can be lost (a dropped
     /// connection), so a reader also reads on a slow timer of its own.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: a subscription half opened is closed with the dropped future (no notices are
+    /// promised until it returns).
     async fn changes(&self, name: &str) -> Result<Option<Changes>> {
         let _ = name;
         Ok(None)
     }
 
     /// Reads the state of each name without touching it.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read: dropped, nothing changes.
     async fn inspect(&self, names: &[&str]) -> Result<Vec<LeaseInfo>>;
 
     /// Names under this client's prefix matching the glob `pattern`, with their state.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read: dropped, nothing changes.
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>>;
 }
 

@@ -62,6 +62,11 @@ fn opts(ttl_ms: u64) -> LeaseOptions {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn exclusive_with_growing_fences(env: impl Harness) {
     let c = env.client().await;
     let o = opts(5_000);
@@ -99,6 +104,11 @@ pub async fn exclusive_with_growing_fences(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn expiry_frees_it_and_a_late_release_is_told(env: impl Harness) {
     let c = env.client().await;
     let short = LeaseOptions::builder()
@@ -122,6 +132,11 @@ pub async fn expiry_frees_it_and_a_late_release_is_told(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn renewal_keeps_it_for_many_ttls(env: impl Harness) {
     let c = env.client().await;
     let a = c.try_acquire("long", &opts(400)).await.unwrap();
@@ -136,6 +151,11 @@ pub async fn renewal_keeps_it_for_many_ttls(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn force_release_evicts_and_the_fence_moves_past_the_holder(env: impl Harness) {
     let c = env.client().await;
     let a = c.try_acquire("stuck", &opts(800)).await.unwrap();
@@ -155,6 +175,11 @@ pub async fn force_release_evicts_and_the_fence_moves_past_the_holder(env: impl 
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn list_and_inspect_see_names(env: impl Harness) {
     let c = env.client().await;
     let a = c.try_acquire("report-a", &opts(5_000)).await.unwrap();
@@ -179,6 +204,11 @@ pub async fn list_and_inspect_see_names(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn a_dropped_lease_is_released_in_the_background(env: impl Harness) {
     let c = env.client().await;
     drop(c.try_acquire("dropped", &opts(30_000)).await.unwrap());
@@ -194,6 +224,11 @@ pub async fn a_dropped_lease_is_released_in_the_background(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn max_hold_ends_it(env: impl Harness) {
     let c = env.client().await;
     let o = LeaseOptions::builder()
@@ -210,6 +245,11 @@ pub async fn max_hold_ends_it(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn a_release_wakes_a_waiter_from_another_client(env: impl Harness) {
     let holder = env.client().await;
     let waiter = env.client().await;
@@ -235,6 +275,11 @@ pub async fn a_release_wakes_a_waiter_from_another_client(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn contenders_never_overlap(env: impl Harness) {
     // 8 clients x 2 tasks, 5 acquisitions each, a shared "resource" that counts holders.
     let inside = Arc::new(AtomicU64::new(0));
@@ -271,6 +316,11 @@ pub async fn contenders_never_overlap(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn a_wait_gives_up_at_its_bound(env: impl Harness) {
     let c = env.client().await;
     let a = c.try_acquire("held", &opts(10_000)).await.unwrap();
@@ -293,6 +343,11 @@ pub async fn a_wait_gives_up_at_its_bound(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn a_cancelled_acquire_leaves_nothing_held(env: impl Harness) {
     let c = env.client().await;
     let o = opts(30_000);
@@ -312,6 +367,11 @@ pub async fn a_cancelled_acquire_leaves_nothing_held(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn with_lease_runs_the_work_and_stops_it_on_loss(env: impl Harness) {
     let c = env.client().await;
     let out = c
@@ -342,6 +402,11 @@ pub async fn with_lease_runs_the_work_and_stops_it_on_loss(env: impl Harness) {
 }
 
 /// Contract test (see the module doc).
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn garbage_names_are_refused_before_anything_is_sent(env: impl Harness) {
     let c = env.client().await;
     let before = c.round_trips();
@@ -375,6 +440,11 @@ pub async fn garbage_names_are_refused_before_anything_is_sent(env: impl Harness
 
 /// Contract test (see the module doc): one leader at a time, each term above the last, and what
 /// `leader()` reads is the current leader's record.
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn an_election_has_one_leader_and_terms_grow(env: impl Harness) {
     use crate::election::Election;
     let (a, b) = (env.client().await, env.client().await);
@@ -420,6 +490,11 @@ pub async fn an_election_has_one_leader_and_terms_grow(env: impl Harness) {
 
 /// Contract test (see the module doc): a resignation hands over to a waiting candidate at once, not
 /// after a TTL.
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn a_resignation_hands_over_within_a_round_trip(env: impl Harness) {
     use crate::election::Election;
     let (a, b) = (env.client().await, env.client().await);
@@ -445,6 +520,11 @@ pub async fn a_resignation_hands_over_within_a_round_trip(env: impl Harness) {
 
 /// Contract test (see the module doc): `proclaim` changes the value and keeps the term; a leader
 /// deposed by a forced release can proclaim nothing more, and is told.
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn proclaim_changes_the_value_and_a_deposed_leader_cannot(env: impl Harness) {
     use crate::election::Election;
     let (a, op) = (env.client().await, env.client().await);
@@ -472,6 +552,11 @@ pub async fn proclaim_changes_the_value_and_a_deposed_leader_cannot(env: impl Ha
 }
 
 /// Contract test (see the module doc): an observer reports each change once, in order.
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn an_observer_sees_each_change(env: impl Harness) {
     use crate::election::Election;
     let c = env.client().await;
@@ -501,6 +586,11 @@ pub async fn an_observer_sees_each_change(env: impl Harness) {
 /// Contract test (see the module doc): on a store that pushes changes (Redis, PostgreSQL, etcd) an
 /// observer hears of each change (a new leader, a new value, a resignation, a forced release, a
 /// lapsed lease) far sooner than its safety interval; on one that cannot, within its poll interval.
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn an_observer_is_told_of_a_change_within_a_round_trip(env: impl Harness) {
     use crate::election::{Election, Leader, Observer};
     let (a, b, op) = (env.client().await, env.client().await, env.client().await);
@@ -599,6 +689,11 @@ pub async fn an_observer_is_told_of_a_change_within_a_round_trip(env: impl Harne
 
 /// Contract test (see the module doc): a bad value or holder is refused before anything is sent,
 /// and leaves nothing held.
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn garbage_election_values_are_refused_before_anything_is_sent(env: impl Harness) {
     use crate::election::{Election, MAX_HOLDER_LEN, MAX_VALUE_LEN};
     let c = env.client().await;
@@ -638,6 +733,11 @@ pub async fn garbage_election_values_are_refused_before_anything_is_sent(env: im
 
 /// Contract test (see the module doc): a scheduled job's slot is claimed once, recorded done only
 /// on success, run again after a failure, and its record is kept for `history`.
+///
+/// # Cancel safety
+///
+/// A test's body: dropped mid-way, the leases it holds are released in the background as any
+/// dropped `Lease` is, and a wait under way is abandoned; its names are its own.
 pub async fn a_slot_runs_once_and_its_record_is_kept(env: impl Harness) {
     use crate::schedule::{claim, history, Claim, Outcome, Schedule};
     let (a, b) = (env.client().await, env.client().await);

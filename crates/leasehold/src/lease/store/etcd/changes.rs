@@ -3,6 +3,11 @@
 //! etcd confirms it on. etcd pushes what nobody else announces too: a holder's key deleted when its
 //! lease expires.
 //!
+//! Promise: `changes` returns a stream only once etcd confirmed the watch (else `None`, and the
+//! observer reads on its timer); from then on every change etcd reports under the name, other than
+//! a contender's key being put, bumps the notices, including a holder's key deleted by expiry or
+//! revocation. Dropping the stream ends the watch.
+//!
 //! Limit: a contender joining the queue (a new key) is no change of who leads and is not passed on;
 //! a holder taking a free name rewrites the fence record, which is. A watch that etcd ends (a
 //! member lost, a compaction) ends the notices: the observer reads and subscribes again.

@@ -2,6 +2,12 @@
 //! end is not etcd at all, and whether the request never left; and the crate's [`Error::Store`] it
 //! becomes.
 //!
+//! Promise: a request that provably never reached a member (its connection could not be opened) is
+//! told apart from one that may have; a member down, a leader election or a broken stream is
+//! transient and becomes a retryable [`Error::Store`]; an answer that is not etcd's, and refused
+//! credentials, are recognised so that connect can report a wrong URL or a refused login; the
+//! error's text keeps the transport's causes and drops the gRPC metadata.
+//!
 //! Limit: gRPC status codes are read as etcd documents them; a proxy that rewrites them misleads it.
 
 use crate::error::{Error, Phase, StoreFailure};

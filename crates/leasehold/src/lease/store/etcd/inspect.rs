@@ -1,6 +1,14 @@
 //! Reading the etcd store without touching it: `status` (inspect) and `list`.
 //!
-//! Limit: a read is a snapshot at one revision; a holder may change right after it.
+//! Promise: nothing is written and no lease is kept alive; `status` reports for each name its
+//! holder (the contender first by create revision), the last fence issued (the fence record's mod
+//! revision, kept after the holder left, up to the retention) and the holder's remaining TTL;
+//! `list` pages through every key under the prefix and inspects each valid name its pattern
+//! matches.
+//!
+//! Limit: a read is a snapshot: each batch of names is read at one revision and their TTLs just
+//! after it (whole seconds, rounded down), later batches and `list`'s pages at later revisions; a
+//! holder may change right after it.
 
 use std::collections::BTreeSet;
 

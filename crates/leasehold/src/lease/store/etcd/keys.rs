@@ -11,6 +11,14 @@
 //!
 //! Braces are refused in names and prefixes, so `P/{N}/` is never a prefix of another name's keys
 //! (it would need a name starting with `N}/`), and one range read sees one name's queue only.
+//!
+//! Promise: one name's keys are always the same three shapes under `P/{N}`, so a range read of
+//! `P/{N}/` sees that name's contenders and nobody else's, and [`name_of`] gives back `N` from any
+//! of its keys.
+//!
+//! Limit: the layout assumes a name and a prefix already checked (no braces); these functions do
+//! not check them. Keys are only names: which contender holds the lease is decided by the
+//! transactions that read them, not here.
 
 /// The keys of one lease name.
 #[derive(Debug, Clone, PartialEq, Eq)]

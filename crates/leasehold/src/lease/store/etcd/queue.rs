@@ -2,6 +2,12 @@
 //! the name, ordered by create revision; the first is the owner. This client's queued contenders,
 //! asking their turn, and waiting for the key just ahead to go.
 //!
+//! Promise: contenders are served in the order etcd created their keys (no barging: a new contender
+//! queues behind those already there); a contender asking its turn keeps its lease alive in the
+//! same transaction, and when it is first that transaction also records the fence, so the fence is
+//! the revision at which it was seen to own the name; a waiter watches only the key just ahead of
+//! it and sees its deletion whether it came before or after the watch began.
+//!
 //! Limit: the queue lives in etcd; what this client keeps of it (`Queued`) is its own contenders'
 //! places, swept when their callers vanished, and is never trusted for ownership: a contender owns
 //! the name only when a transaction found it first.

@@ -2,6 +2,11 @@
 //! the current one fails; the puts that attach a key to the retention lease; keep-alives on the
 //! shared stream.
 //!
+//! Promise: every request is bounded by the response timeout plus the connect timeout and counted
+//! as one round trip; one whose connection was refused goes to the next member at once; one that
+//! failed or timed out on a member moves later requests on to the next. A key put with the
+//! retention lease goes at least the retention after its last write.
+//!
 //! Limit: a request that may have reached a member is never sent again (it may have been
 //! executed); its caller hears the failure and decides.
 

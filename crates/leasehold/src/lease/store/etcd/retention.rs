@@ -5,6 +5,14 @@
 //! with a TTL of retention + period and never kept alive: a record written while a lease is current
 //! outlives that write by at least the retention. The fence is the cluster's revision, which only
 //! grows whether the record is there or not, so a record that went takes no fence back with it.
+//!
+//! Promise: a record attached to the lease [`RetentionLease::get`] returns outlives its write by at
+//! least the retention (the lease was granted no later than the write, serves writes for one
+//! period, and lives retention + period); concurrent writers share one grant per period.
+//!
+//! Limit: a record goes at most about retention + period after its last write, not at exactly the
+//! retention; a cluster restored from an older snapshot may have lost the current lease, which the
+//! store must notice and [`RetentionLease::forget`].
 
 use std::time::Duration;
 

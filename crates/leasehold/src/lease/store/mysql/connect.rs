@@ -1,5 +1,18 @@
 //! Opening the MariaDB/MySQL store: the URL, the pool of statement connections, and the one check at
 //! connect (the table exists; commits reach the disk).
+//!
+//! Promise: a store is returned only after one connection of its own reached the server, logged in
+//! and found leasehold's table in the URL's database; otherwise connect fails at once and says
+//! which (a malformed URL or one without a database, or a missing table, is [`Error::Invalid`]
+//! naming the fix; refused credentials [`Error::Unauthorized`]; no answer [`Error::Store`] or
+//! [`Error::Timeout`]). Sessions run in UTC; the sweeper starts with the store and stops when it is
+//! dropped.
+//!
+//! Limit: durability is only looked at, not enforced: `innodb_flush_log_at_trx_commit` other than 1
+//! is logged as a warning (a crash may then lose committed leases; fences stay monotonic). The
+//! check runs once; a table dropped or a permission revoked later is met by the statement it
+//! breaks. The pool's connections are not pinged before use: a dead one is found by the statement
+//! sent on it.
 
 use std::str::FromStr;
 use std::sync::atomic::AtomicU64;

@@ -2,6 +2,12 @@
 //! failed, with a refused login, a missing permission and leasehold's missing table told apart from
 //! an outage, and which failures a retry can fix.
 //!
+//! Promise: a server that did not answer or went away, and a lost row-lock wait (rolled back by the
+//! server), are retryable; a refused login is [`Error::Unauthorized`]; a missing privilege names
+//! the `GRANT` that fixes it; a missing or outdated table says how to create it; any other refusal
+//! is an answer, not an outage, and is not retried. A statement that failed on a dead connection is
+//! told apart, so that it may run again on a fresh one.
+//!
 //! Limit: error numbers are read as MariaDB and MySQL document them (they share these); a proxy that
 //! rewrites them misleads it.
 

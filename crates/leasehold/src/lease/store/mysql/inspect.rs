@@ -2,6 +2,10 @@
 //! by the database clock; `list` keeps the names its pattern matches ([`Glob`], the one matcher of
 //! every store).
 //!
+//! Promise: nothing is locked or written; `status` answers for every name asked, in the order asked
+//! (a name without a row is free), with whether it is held, its remaining time and its last fence,
+//! all by the database clock, so the reading client's clock does not matter.
+//!
 //! Limit: `list` reads every row under the prefix (held, or idle within the retention) and filters
 //! them in the client.
 

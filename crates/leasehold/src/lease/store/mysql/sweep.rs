@@ -2,6 +2,11 @@
 //! retention (at most every 5 minutes), the rows nobody holds that have been idle for longer than the
 //! retention, in batches.
 //!
+//! Promise: a row is deleted only once its lease expired or was released longer than the retention
+//! ago (by the database clock), so a held lease never loses its row; deleting one takes no fence
+//! back, since the next fence is floored by the server clock. A failed sweep is logged and the next
+//! one tries again; the sweeper stops when the store is dropped.
+//!
 //! Limit: a table no client connects to is not swept; with clients of different retentions on one
 //! table, the shortest wins.
 

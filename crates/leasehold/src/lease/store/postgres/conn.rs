@@ -7,6 +7,12 @@
 //! the idle list as it is; one whose call was cancelled or failed on the wire is closed, since its
 //! state is unknown.
 //!
+//! Promise: at most [`MAX_CONNECTIONS`] connections are open at once per store (a call waits for
+//! one, within its own time bound); a connection is reused only after its call read the whole
+//! reply, so no call ever meets another's half-read answer; an idle one unused for two minutes is
+//! closed rather than reused; every statement sent and every connection opened counts as a round
+//! trip.
+//!
 //! Limit: a connection that went stale while idle (the server restarted, a middlebox dropped it) is
 //! found out by the call that uses it; [`Conns::is_stale`] tells the caller it may retry once on a
 //! fresh connection, which every lease statement allows (each has the same effect run twice).

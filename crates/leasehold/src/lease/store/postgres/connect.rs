@@ -1,6 +1,13 @@
 //! Opening the PostgreSQL store: the URL, the connection budget, the schema check, the listener and
 //! the sweeper.
 //!
+//! Promise: a store is returned only after a first connection reached the server, logged in and
+//! found leasehold's table and a fence sequence that caches one value per session (a larger cache,
+//! which could hand out fences out of order, is refused with the `ALTER SEQUENCE` that fixes it);
+//! that connection then serves the first call. Sessions are named `leasehold` unless the URL names
+//! them; the sweeper starts with the store, the listener when a wait first needs it, and both stop
+//! when the store is dropped.
+//!
 //! Limit: the store checks leasehold's table and sequence once, at connect; it never creates them.
 
 use std::str::FromStr;

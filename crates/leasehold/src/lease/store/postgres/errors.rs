@@ -1,6 +1,12 @@
 //! What a PostgreSQL driver error means for a lease: the crate's [`Error`] for the phase that failed,
 //! with leasehold's missing table and a refused login told apart from an outage.
 //!
+//! Promise: a missing or outdated table or sequence is [`Error::Invalid`] naming `leasehold
+//! migrate`; a refused login is [`Error::Unauthorized`]; an unknown database at connect is a wrong
+//! URL; a server that cannot be reached or is shutting down, starting or out of connections is
+//! retryable, and so is a serialization failure or deadlock (the transaction was rolled back); any
+//! other refusal is an answer, not an outage, and is not retried.
+//!
 //! Limit: SQLSTATE codes are read as PostgreSQL documents them; a proxy that rewrites them misleads it.
 
 use super::TABLE;

@@ -1,5 +1,10 @@
 //! Reading the PostgreSQL store without touching it: `status` (inspect) and `list`.
 //!
+//! Promise: nothing is written or locked; `status` answers for every name asked, in the order asked
+//! (a name without a row is free, with no known fence), with whether it is held, its remaining time
+//! and its last fence, by the database clock; `list` gives every valid name under the prefix with a
+//! row (held, or idle within the retention) that its pattern matches.
+//!
 //! Limit: a read is a snapshot; a holder may change right after it.
 
 use super::{key, statements, Core, INSPECT_CHUNK};

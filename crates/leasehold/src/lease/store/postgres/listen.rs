@@ -10,6 +10,12 @@
 //! ([`Observers`]): a leader's record written, a release of a row that carries one, a forced
 //! release; each notification bumps the notices of its name.
 //!
+//! Promise: a release committed after a waiter of this process was told "busy" wakes it (or the
+//! next waiter of the name, within [`LINGER`]); a session that dropped is reopened, and every
+//! waiter and observer is then told to look again; a session that cannot be started is no error of
+//! the acquire, whose wait then ends by its time bound. A stale wake-up costs one extra attempt,
+//! never a wrong grant.
+//!
 //! Limit: a notification sent while the session is down (the server restarted, the connection
 //! dropped) is lost; every waiter is then woken to ask again, and one that was not yet waiting
 //! notices the free lease when its wait ends, at most the holder's remaining time plus jitter later.

@@ -2,10 +2,17 @@
 //! that are no longer used leave nothing behind.
 //!
 //! Every store sweeps the whole table (all prefixes) on its own connection, soon after it connects
-//! and then every quarter of the retention (at least every 5 minutes, at most every 50 ms), with
-//! jitter: an idle row is gone between one and one and a quarter retentions after it became idle.
+//! and then about every quarter of the retention (clamped to 50 ms ..= 5 minutes), each pause
+//! jittered to between half and one and a half of that: an idle row is gone between one and about
+//! one and three eighths retentions after it became idle.
 //! A sweep reads the whole table (no index covers the expiry, so that lease updates stay in place);
 //! sweeps of several processes overlap harmlessly (locked rows are skipped, deleted rows are gone).
+//!
+//! Promise: a row is deleted only when its lease expired or was released longer than the retention
+//! ago (by the database clock), so a held lease never loses its row; deleting it takes no fence
+//! back, since fences come from the sequence. A sweep holds a connection only while it runs, is
+//! bounded in time, and a failed one is tried again at the next period.
+//!
 //! Limit: the shortest retention among the clients of one table wins; a table nobody connects to is
 //! not swept.
 

@@ -14,6 +14,12 @@
 //! commands cannot disagree. A command added to leasehold is one entry here (with the deployments
 //! that need it), one word in the documented lines.
 //!
+//! Promise: before anything is run, every data node is asked (with `PING` first, so refused
+//! credentials show as such) whether the user may run each command its deployment needs; a user
+//! that may not run one gets [`Error::Denied`] naming every refused command (and the key pattern,
+//! when every command on a key is refused), with nothing run. [`COMMANDS`] is the one list the
+//! check, the error's message and the documented `ACL SETUSER` lines follow.
+//!
 //! Limit: the check runs at connect, against the user's rules then; rules changed later are met
 //! when a command is refused (still [`Error::Denied`], naming it when Redis
 //! does). Sentinels themselves are not checked here (their user is another).

@@ -8,6 +8,12 @@
 //! a forced release. A notice only makes an observer read again, so a script or a release run twice
 //! publishes twice to no harm.
 //!
+//! Promise: `changes` returns a stream only once its channel is subscribed (else `None`, and the
+//! observer reads on its timer); every message on the channel then bumps its observers' notices;
+//! when the session drops it is reopened and every observer is told to read again; the channel of a
+//! name shares its keys' hash tag. Dropping the last observer of a channel unsubscribes it, without
+//! I/O in the drop.
+//!
 //! Limit: a notice is lost while the session is down (then every observer is told to read again
 //! once it is back), or when the user's ACL refuses `PUBLISH` or `SUBSCRIBE` on the channel (then the
 //! observer is given no notices and reads on its timer). A lease that lapses is announced by nobody:

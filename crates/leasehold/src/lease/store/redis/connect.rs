@@ -1,8 +1,17 @@
 //! Opening the Redis store: the URL's topology (one server, Sentinel, Cluster), the shared handle and
 //! the pool of dedicated connections, the scripts loaded once.
 //!
-//! Limit: connect checks that the server answers and accepts our credentials; what the topology
-//! files check beyond that (a replica, the wrong kind of node) is theirs.
+//! Promise: a store is returned only after every data node answered, the user was found allowed
+//! every command its deployment needs (`acl.rs`), and every data node was asked what it is and
+//! accepted (a replica, a Redis older than 7.0, or one that may evict lease keys without
+//! [`RedisOptions::allow_eviction`](super::RedisOptions::allow_eviction) is refused) before
+//! anything is written; on one server the scripts are loaded once, so the first waiting acquire is
+//! not answered `NOSCRIPT`.
+//!
+//! Limit: the checks are of the nodes as they are at connect; a node that changes later (a
+//! failover, a new policy, rules changed) is met by the requests after it, and the eviction policy
+//! by the watch kept on it. What a topology's own files check beyond this (a Sentinel's answers, a
+//! cluster's slot map) is theirs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

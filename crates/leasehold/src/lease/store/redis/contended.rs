@@ -2,6 +2,10 @@
 //! such a name joins the queue at once instead of trying first (a try there is three commands and a
 //! round trip spent to hear "busy"). A name whose step took it free is tried first again.
 //!
+//! Promise: a name marked busy reads back busy until a step of its own marks it free or another
+//! name takes its slot; a name's mark is cleared only by that name; the table is a fixed 2 KiB per
+//! client, whatever the number of names, and shared by its clones without locks.
+//!
 //! Limit: a hint, lossy by design: one slot per hash of the name in a fixed table, so two names
 //! whose hashes share a slot overwrite each other's mark. A wrong hint costs one round trip (a try
 //! that finds the name busy, or a queue step that finds it free: that step's three commands more);

@@ -1,6 +1,15 @@
 //! Reading the Redis store without touching it: `status` (inspect) and `list`.
 //!
-//! Limit: a read is a snapshot; a holder may change right after it.
+//! Promise: nothing is written (every read, and the check for keys leasehold did not write, is a
+//! plain read or a read-only script); `status` gives each name asked its holder or live permits
+//! (told from expired ones by the server's time, not this client's), its last fence and queue
+//! length, and marks a name whose keys leasehold did not write with a problem instead of guessing;
+//! `list` uses `SCAN` (never `KEYS`) on every master and matches names in the client.
+//!
+//! Limit: a read is a snapshot, and not an atomic one: a name's reads are pipelined, not a
+//! transaction, so another client's command may fall between them; `SCAN` may miss a name that
+//! appears or goes while it runs; a holder may change right after it. A name appears in `list`
+//! only while one of its keys exists (its fence key lasts the retention).
 
 use std::collections::BTreeSet;
 

@@ -1,6 +1,10 @@
 //! The Redis family's own options, which the generic builder carries unread
 //! ([`StoreOptions`](crate::lease::store::contract::StoreOptions)) to whichever store reads them.
 //!
+//! Promise: when no Redis options were given, the stores of the family read the defaults (eviction
+//! refused at connect); options given are read by every store of the family (one server, Sentinel,
+//! Cluster, Redlock) at its connect.
+//!
 //! Limit: a store of another family ignores them; nothing warns that they were given in vain.
 
 use crate::lease::store::contract::Settings;

@@ -4,6 +4,12 @@
 //! the node that holds the key ([`BlockingPool::get_for`]), and the round-trip counter. Every
 //! connection has connect and response timeouts, so a stopped server never hangs a call forever.
 //!
+//! Promise: a blocking command never runs on the shared handle, so it stalls nothing else; it runs
+//! on a dedicated connection to the node that holds its key now (the one server, the primary
+//! Sentinel names, the master of the slot); a dedicated connection whose request broke or was sent
+//! elsewhere is not reused, and the topology looks again. Every request sent (a command, a pipeline
+//! or a script call) counts as one round trip.
+//!
 //! Limit: a timeout says nothing about whether the server executed the command; callers must treat
 //! an acquire that timed out as "maybe taken" (it then expires after one TTL, unrenewed). A request
 //! sent again after a broken connection or a redirect may run twice; every lease script has the

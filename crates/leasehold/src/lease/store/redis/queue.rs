@@ -2,6 +2,13 @@
 //! one pipeline on a dedicated connection, and what the pair answered (taken, handed over while
 //! blocked, busy, or a grant left from an earlier step).
 //!
+//! Promise: one round trip either takes the lease, queues (or refreshes the waiter's place) and
+//! blocks until a release hands the lease over, or ends busy when the block ends; a grant popped
+//! after a busy step is taken only when it can be this step's (one left from an earlier step for a
+//! lock deleted since is thrown away as stale, never on a wait's first step); a reply that does not
+//! parse leaves the connection in doubt and it is dropped. A handed-over lease's `since` is never
+//! later than the moment the grant was in hand.
+//!
 //! Limit: a grant's `since` is no later than the hand-over only while both clocks run at the same
 //! rate (the drift allowance covers rates) and the server's clock does not step forward meanwhile.
 

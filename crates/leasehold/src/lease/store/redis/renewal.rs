@@ -4,6 +4,11 @@
 //! process holding 100,000 leases costs Redis two commands per renewal (`GET`, `PEXPIRE`) and one
 //! script call per batch, not one script call per lease.
 //!
+//! Promise: each lease of a batch is told what renewing it alone would have told it (renewed, not
+//! ours any more, or the error it would get alone); a lease the batch cannot judge is renewed alone
+//! afterwards; the server's time in each pipeline's first reply teaches the store's clock rate, as
+//! a renewal one by one does.
+//!
 //! Limit: a batch is one script, so Redis runs nothing else for its length (about 100 µs); a lease
 //! that a batch cannot renew as it should (a permit, a key holding another type, a batch the server
 //! refused whole) is renewed alone with renew.lua or sem_renew.lua, as before batching. On a Redis

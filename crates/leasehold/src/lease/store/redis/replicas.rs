@@ -1,7 +1,14 @@
 //! Replica acknowledgements after an acquire: `WAIT numreplicas timeout` on the connection that wrote
 //! the lock, then the replica policy (fail closed: release and refuse; fail open: keep the lease).
 //!
+//! Promise: the acknowledgements counted are those of the lock write itself (`WAIT` on the
+//! connection that wrote it, in one pipeline); below the number asked, fail closed releases the
+//! lease and returns [`Error::NotReplicated`](crate::Error::NotReplicated), fail open keeps it, and
+//! either is counted in the metrics and logged. The acquire runs in a task of its own, so a caller
+//! cancelled mid-way leaves no lease behind.
+//!
 //! Limit: `WAIT` narrows the window in which a failover loses the lock write; it never closes it.
+//! The release under fail closed is best effort: if it fails, the lock expires after its TTL.
 
 use std::time::Duration;
 

@@ -1,6 +1,12 @@
 //! Sending to a cluster: one command to its slot's master, a pipeline split into one pipeline per
 //! master, `SCRIPT LOAD` to every master; redirects followed, failovers waited out.
 //!
+//! Promise: a command reaches the master of its key's slot, following `MOVED` and `ASK` (with
+//! `ASKING`) and learning the slots again after a failure, within one bound (a connection opened
+//! and two replies) and at most 16 sends; a pipeline's replies come back in the pipeline's order
+//! whatever masters served them, a command never answered within the bound being an error in its
+//! place; `SCRIPT LOAD` reaches every master.
+//!
 //! Limit: a command is sent again after a redirect or a broken connection, so it may run twice; the
 //! lease scripts have the effect of running once when run twice, a command that does not is not
 //! safe here. A blocking command is never sent again on its own: its caller asks again.

@@ -1,6 +1,11 @@
 //! Which master serves which slot: the slot map as `CLUSTER SLOTS` gave it, and a pipeline's
 //! commands grouped by the master of each one's slot.
 //!
+//! Promise: each slot is looked up to the master `CLUSTER SLOTS` named for it (an empty host read
+//! as the node asked); a pipeline is split into one group per master keeping the commands' order
+//! within it, a command without a key going with the one before it, and the commands whose slot has
+//! no known master are handed back rather than sent anywhere.
+//!
 //! Limit: the map is what a node said when asked; a slot that moved since is found out by the
 //! redirect its master answers with, not here.
 

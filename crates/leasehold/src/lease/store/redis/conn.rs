@@ -6,9 +6,10 @@
 //!
 //! Promise: a blocking command never runs on the shared handle, so it stalls nothing else; it runs
 //! on a dedicated connection to the node that holds its key now (the one server, the primary
-//! Sentinel names, the master of the slot); a dedicated connection whose request broke or was sent
-//! elsewhere is not reused, and the topology looks again. Every request sent (a command, a pipeline
-//! or a script call) counts as one round trip.
+//! Sentinel names, the master of the slot); a dedicated connection goes back to the pool only after
+//! its command completed normally (after a timeout, an error or a cancellation it is dropped, since
+//! a reply may still be due). Every request sent (a command, a pipeline or a script call) counts as
+//! one round trip.
 //!
 //! Limit: a timeout says nothing about whether the server executed the command; callers must treat
 //! an acquire that timed out as "maybe taken" (it then expires after one TTL, unrenewed). A request

@@ -1,6 +1,12 @@
 //! Redlock's acquire round: the lock asked of every master at once, the fence chosen and confirmed on
 //! a majority, and an attempt that did not win undone everywhere it may hold a lock.
 //!
+//! Promise: an acquire wins only when a majority of the masters granted it and recorded the fence
+//! it returns (confirmed while each still holds the lock); an attempt that did not win waits for
+//! its requests still out to land and then releases its token everywhere it may hold the lock, and
+//! tells the caller busy (with how long, or a short random pause after a split vote) or
+//! [`Error::NoQuorum`](crate::Error::NoQuorum) when too few masters answered.
+//!
 //! Limit: an undo that fails on a master leaves that master's lock to expire by its TTL.
 
 use std::sync::Arc;

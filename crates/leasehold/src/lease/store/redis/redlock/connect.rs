@@ -1,6 +1,12 @@
 //! Opening a Redlock: every master asked what it is at once, replicas and duplicates refused.
 //!
-//! Limit: a master that does not answer at connect is checked when it first does.
+//! Promise: the store opens only over an odd number of three or more distinct masters (checked
+//! before anything is sent), with a majority answering; every master that answers is asked at once
+//! what it is, and a replica, an evicting server without the opt-in, a server two URLs name,
+//! refused credentials or a user missing a command Redlock needs is refused, naming that master.
+//!
+//! Limit: a master that does not answer at connect is checked in the background when it first
+//! does (and refused for good then, with an error logged, not returned to any caller).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,6 +1,10 @@
 //! Redlock's forced release: the lock deleted on every master that answers, and the fence advanced
 //! there and written back until a majority records it.
 //!
+//! Promise: a forced release deletes the lock on every master that answers, whoever holds it, and
+//! the fence it advances to is written back to the masters behind it until a majority records it,
+//! so no later grant's fence falls below one the forced holder could have used.
+//!
 //! Limit: a master that does not answer keeps its lock until its TTL.
 
 use std::sync::Arc;

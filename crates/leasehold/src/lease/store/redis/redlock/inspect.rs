@@ -1,6 +1,12 @@
 //! Reading a Redlock without touching it: `status` (inspect) and `list`, from a majority of masters.
 //!
-//! Limit: masters are read one after another's answer arrives; a holder may change meanwhile.
+//! Promise: nothing is written; an answer needs a majority of masters to answer (else
+//! [`Error::NoQuorum`](crate::Error::NoQuorum)); a name is held when a majority has the lock, its
+//! holder is the token a majority keeps, its fence the highest any master recorded; a note is the
+//! one a majority keeps; `list` is the union of `SCAN` (never `KEYS`) on every master that answers.
+//!
+//! Limit: masters are asked at once but answer at different moments, so a holder may change
+//! between their answers or right after them; a minority may disagree with what is reported.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

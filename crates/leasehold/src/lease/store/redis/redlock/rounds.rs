@@ -1,6 +1,11 @@
 //! Asking every master at once: one request per master, the replies counted as they come, and the
 //! requests still out when the outcome is known left to finish on their own.
 //!
+//! Promise: every master is asked at once and each reply is handed over as it arrives, so an
+//! outcome is known as soon as the replies so far decide it, not when the slowest master answers;
+//! the requests still out are handed back, to finish in the background or to be waited for before
+//! an undo, so that nothing sent lands unaccounted for.
+//!
 //! Limit: a request still out is bounded by its own timeout only; its effect lands after the answer.
 
 use std::future::Future;

@@ -1,6 +1,11 @@
 //! Where a Redlock waiter blocks: the master its last busy answer pointed to, else the first master
 //! up in run-id order.
 //!
+//! Promise: a waiter blocks where its last busy answer pointed (a master that keeps its waiting
+//! marker, so the holder's release there wakes it), else on the first master up in run-id order;
+//! where it was told to block is taken by its next wait, and entries left by callers that gave up
+//! are swept once there are many.
+//!
 //! Limit: a waiter woken on one master still asks every master again; the wake is a hint.
 
 use std::time::Duration;

@@ -2,8 +2,10 @@
 //! there and written back until a majority records it.
 //!
 //! Promise: a forced release deletes the lock on every master that answers, whoever holds it, and
-//! the fence it advances to is written back to the masters behind it until a majority records it,
-//! so no later grant's fence falls below one the forced holder could have used.
+//! succeeds only when a majority answered and a majority records the fence it reports (the highest
+//! any answering master proposed, written back to those behind it), so no later grant's fence falls
+//! below it; otherwise it is [`Error::NoQuorum`](crate::Error::NoQuorum), and the deletes that
+//! landed stay.
 //!
 //! Limit: a master that does not answer keeps its lock until its TTL.
 

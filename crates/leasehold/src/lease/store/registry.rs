@@ -2,6 +2,11 @@
 //! the `mod` lines in `store/mod.rs`); adding a store is a folder beside the others plus a line in each
 //! table here (`SCHEMES`, `open`).
 //!
+//! Promise: every URL is parsed once, here, and handed to its store as read; one URL opens the
+//! store its scheme names, several open a Redlock; a malformed URL, an unknown scheme (naming the
+//! schemes this build knows, [`SCHEMES`]) or a store left out of the build is refused with
+//! [`Error::Invalid`](crate::Error::Invalid) before anything is sent.
+//!
 //! Limit: a scheme picks a store; whether the server at the URL is really that store is for the
 //! store's own connect to find out.
 

@@ -1,5 +1,14 @@
 //! Against a real cluster: what the client retries after a reconnect, run twice for real on each
 //! master; and a batch of renewals costs one pipeline per master.
+//!
+//! Promise: on a real three-master cluster, for a name on each master, acquire, renew, release and
+//! force-release run twice each have the effect of running once (the same lease and fence; the next
+//! fence is higher), and renewing or releasing 102 leases, 12 of them in one slot, costs one
+//! pipeline per master, each lease told its own answer.
+//!
+//! Limit: the commands are sent twice by the tests, not by a fault: no slot is moved, no master
+//! fails over, no connection breaks mid-request, so the redirects and waits of `request.rs` are not
+//! exercised here.
 
 use std::time::Duration;
 

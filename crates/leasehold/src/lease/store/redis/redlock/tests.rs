@@ -4,6 +4,17 @@
 //! Every fence schedule runs the protocol and a weaker rule on the same faults: the protocol keeps
 //! each new fence strictly above the fences before it, and the weaker rule does not, which shows
 //! the test can see the bug the protocol prevents.
+//!
+//! Promise: the tests show that fences grow across differing majorities and across a master
+//! restarted empty between two holders (where the weaker rule lets them go back); that a slow
+//! master neither delays a grant nor touches the next holder; that renewal and release follow the
+//! majority; that a failed attempt is undone where it took the lock; that a waiter is woken on a
+//! master where the holder holds the lock; and that a lease is lost at its deadline when no
+//! majority renews it.
+//!
+//! Limit: three masters on one machine, faults made by cutting or delaying proxies and restarting a
+//! master; the masters' clocks are never stepped or skewed, and a holder's process is never paused,
+//! so what those do is argued in the docs, not shown here.
 
 use std::time::Duration;
 

@@ -1,6 +1,12 @@
 //! Redlock's Lua scripts, one `.lua` file each, each behind one function that prepares its call. Every
 //! script runs on one master and touches only that master's keys of one name.
 //!
+//! Promise: every script has the effect of running once when run twice, so a pipeline that met
+//! `NOSCRIPT` (a master restarted) is loaded and sent again whole; the scripts are loaded all or
+//! none, so no master knows the acquire but not the release that undoes it; renew, release, confirm
+//! and note act only while the lock holds the caller's token; a master's fence key only grows
+//! (floored at its clock unless a test turns the floor off) and is kept for at least the retention.
+//!
 //! Limit: a script is atomic on its master only; agreement across masters is the client's counting
 //! (`super::super::redlock::quorum`), never a script's.
 

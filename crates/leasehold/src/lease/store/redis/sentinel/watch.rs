@@ -1,6 +1,12 @@
 //! Following `+switch-master`: one sentinel listened to at a time, the next one when it goes silent;
 //! the primary in use is dropped when the master it serves switched.
 //!
+//! Promise: while some sentinel answers, a `+switch-master` for our master drops the primary in
+//! use, so the next request finds the new one; a sentinel that stops answering pings (each second)
+//! is left for the next; every new subscription after the first looks the primary up again, so a
+//! switch missed between subscriptions is caught then. The watch ends when the last handle on the
+//! connection goes.
+//!
 //! Limit: a switch announced while no sentinel is listened to is not heard; each new subscription
 //! after the first looks the primary up again instead.
 

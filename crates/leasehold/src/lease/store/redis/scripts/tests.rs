@@ -2,14 +2,15 @@
 //! queue's order, the hand-over, no barging, dead waiters skipped, given-up tokens refused, stale
 //! grants told apart, and each script run twice.
 //!
-//! Promise: on one real redis-server, the tests show that waiters are served in arrival order and
-//! nobody jumps a non-empty queue; a release hands the lock to the first live waiter with a short
-//! first TTL and a new, higher fence; dead, late and abandoned waiters are skipped or pass on what
-//! was handed to them; stale grants are told apart from new ones; every script run twice has the
-//! effect of running once; notes are written only by the holder and published on the change
-//! channel; semaphores admit their permits and hand freed ones on; and the scripts touch only the
-//! keys `keys.rs` names, each with an expiry, so a hundred thousand names leave nothing behind
-//! after the retention.
+//! Promise: on one real redis-server, the tests show that waiters are served in arrival order (a
+//! refresh keeps the place) and nobody jumps a non-empty queue; a release hands the lock to the
+//! first waiter with a short first TTL and a new fence; a waiter whose deadline passed is skipped, a
+//! lock handed to a dead waiter is free again after that short TTL, and an abandoned waiter leaves
+//! the queue and passes on a lock handed to it; stale grants are told apart from new ones; every
+//! script run twice has the effect of running once; notes are written only by the holder and
+//! published on the change channel; semaphores admit their permits and hand freed ones on; and the
+//! scripts touch only the keys `keys.rs` names, each with an expiry, so a hundred thousand names
+//! leave nothing behind after the retention.
 //!
 //! Limit: one server, scripts called directly, one call at a time: no replica, failover, cluster or
 //! concurrency between clients is exercised here, and the client's side of the protocol (its

@@ -9,6 +9,16 @@
 //! * the guards that live at the resource (fenced writes, idempotency keys, inbox dedup, conditional
 //!   updates, state machines), for **correctness**.
 //!
+//! Promise: a lease done right, for efficiency (a unique token, renewal and release only by its
+//! holder, fences that never go backwards, a signal when it is lost); the guards at the resource,
+//! for correctness; and an [`Error`] that says whether retrying is safe. The table below says what
+//! each module gives and what it does not promise.
+//!
+//! Limit: no lease here, on any store, keeps two holders apart under a process pause longer than
+//! its TTL or a failover that loses its write; only a guard at the resource that checks the fence
+//! (or an idempotency key, or a conditional update) does. The crate speaks only to the stores and
+//! databases compiled in (see Features).
+//!
 //! # Layout: which module answers which problem
 //!
 //! | problem | module | what it gives | what it does NOT promise |

@@ -18,6 +18,16 @@
 //!
 //! `examples/memory_store.rs` runs it against a toy in-memory store written outside the crate.
 //!
+//! Promise: a store that passes the suite was seen, through the public API, to keep leases
+//! exclusive with fences that grow (also under contention from several clients), to free a lease at
+//! its expiry and tell a late release so, to keep one renewed for many TTLs, to let a forced
+//! release evict the holder and move the fence past it, to wake a waiter of another client on
+//! release and end a wait at its bound, to leave nothing held after a cancelled acquire or a
+//! dropped lease, to refuse bad names and election values before sending anything, and to carry
+//! elections (one leader, growing terms, hand-over on resignation, observers told of each change)
+//! and a scheduled slot run once. Each test uses names of its own, so the tests may share one
+//! store.
+//!
 //! Limit: the suite checks what one process can see (exclusion, fences, expiry, waiting, cancel
 //! safety); a store's own faults (restarts, failovers, pauses of the server) need tests of their own.
 

@@ -5,9 +5,9 @@
 //! Promise: on one real redis-server, the tests show that waiters are served in arrival order (a
 //! refresh keeps the place) and nobody jumps a non-empty queue; a release hands the lock to the
 //! first waiter with a short first TTL and a new fence; a waiter whose deadline passed is skipped,
-//! a lock handed to a dead waiter is free again after that short TTL, and an abandoned waiter leaves
-//! the queue and passes on a lock handed to it; stale grants are told apart from new ones; every
-//! script run twice has the effect of running once; notes are written only by the holder and
+//! a lock handed to a dead waiter is free again after that short TTL, and an abandoned waiter
+//! leaves the queue and passes on a lock handed to it; stale grants are told apart from new ones;
+//! every script run twice has the effect of running once; notes are written only by the holder and
 //! published on the change channel; semaphores admit their permits and hand freed ones on; and the
 //! scripts touch only the keys `keys.rs` names, each with an expiry, so a hundred thousand names
 //! leave nothing behind after the retention.

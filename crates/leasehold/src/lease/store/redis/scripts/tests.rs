@@ -14,7 +14,7 @@
 //!
 //! Limit: one server, scripts called directly, one call at a time: no replica, failover, cluster or
 //! concurrency between clients is exercised here, and the client's side of the protocol (its
-//! clocks, retries, cancellation) is tested elsewhere.
+//! clocks, retries, cancellation) is not tested here.
 
 use super::*;
 use crate::lease::store::redis::keys::LeaseKeys;

@@ -26,9 +26,9 @@ use crate::lease::store::contract::Settings;
 use crate::url::StoreUrl;
 
 impl PostgresStore {
-    /// Connects and checks the schema once. A malformed URL, a database refusing the credentials
-    /// or missing leasehold's tables, a fence sequence with a cache are [`Error::Invalid`] naming
-    /// the fix; an unreachable server is [`Error::Store`] or [`Error::Timeout`] with
+    /// Connects and checks the schema once. A malformed URL, a database missing leasehold's tables,
+    /// a fence sequence with a cache are [`Error::Invalid`] naming the fix; refused credentials are
+    /// [`Error::Unauthorized`]; an unreachable server is [`Error::Store`] or [`Error::Timeout`] with
     /// [`Phase::Connect`].
     ///
     /// The store does not create its tables: a lock client should not need the right to change the

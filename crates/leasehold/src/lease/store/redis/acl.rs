@@ -38,7 +38,7 @@ pub enum Deployment {
     Sentinel,
     /// A Redis Cluster's masters (`redis-cluster://`).
     Cluster,
-    /// Each Redlock master (`redlock://` or a list of masters).
+    /// Each Redlock master (a Redlock is opened with several Redis URLs).
     Redlock,
 }
 

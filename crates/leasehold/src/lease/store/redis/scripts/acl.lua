@@ -3,7 +3,12 @@
 -- keys under the prefix. Runs none of them and touches no key: safe to run any number of times.
 -- ARGV: one group per command, `<n> <name> <word 1> ... <word n>`: the name to report, then the
 -- command's words.
--- Returns the names of the commands the user may not run ({} when it may run them all).
+-- Returns the names of the commands the user may not run ({} when it may run them all). A server
+-- older than Redis 7.0 has no `redis.acl_check_cmd`: nothing can be judged there, so {} too, and the
+-- version check that follows at connect refuses the server by its version, naming the fix.
+if not redis.acl_check_cmd then
+  return {}
+end
 local refused = {}
 local i = 1
 while i <= #ARGV do

@@ -1459,3 +1459,45 @@ async fn a_hundred_thousand_names_leave_nothing_behind_after_the_retention() {
     .unwrap();
     assert!(fence_of(AcquireReply::from_value(Ok(again)).unwrap()) > first_fence);
 }
+
+/// The ACL check on a server without `redis.acl_check_cmd` (older than Redis 7.0; here the script's
+/// `redis` shadowed by a table without it) judges nothing and says so with an empty list, so that
+/// the version check after it refuses the server by its version instead of a Lua error; on this
+/// server, the same script finds the refused command of a user without it.
+#[tokio::test]
+async fn the_acl_check_leaves_an_older_server_to_the_version_check() {
+    let (_srv, mut con, _) = setup().await;
+    let script = include_str!("acl.lua");
+    let args = ["3", "rename", "RENAME", "{t:}:a", "{t:}:b"];
+    let older = format!(
+        "local redis = setmetatable({{acl_check_cmd = false}}, {{__index = redis}})\n{script}"
+    );
+    let refused: Vec<String> = redis::cmd("EVAL")
+        .arg(&older)
+        .arg(0)
+        .arg(&args)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+    let () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "norename", "on", "nopass", "~*", "+@all", "-rename",
+        ])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let () = redis::cmd("AUTH")
+        .arg(&["norename", "x"])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let refused: Vec<String> = redis::cmd("EVAL")
+        .arg(script)
+        .arg(0)
+        .arg(&args)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(refused, ["rename"]);
+}

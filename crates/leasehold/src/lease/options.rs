@@ -8,6 +8,12 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+/// How long before the holder's deadline its work must be gone ([`crate::Lease::stop_by`]): the
+/// time for a stop order to reach the work and for the kernel to end a process killed at the last
+/// instant, with room for a busy machine's scheduling delay. Part of the options' arithmetic (the
+/// shortest TTL, the drift allowance), so it lives here, below the state that counts with it.
+pub(crate) const STOP_ALLOWANCE: Duration = Duration::from_millis(100);
+
 /// What to do when `WAIT` after acquire gets fewer replica acknowledgements than asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplicaPolicy {
@@ -112,7 +118,7 @@ impl LeaseOptions {
     /// busy machine's scheduling delay. [`Lease::stop_by`](crate::Lease::stop_by) is the store's
     /// earliest hand-over by the holder's estimate less this.
     pub fn stop_margin(&self) -> Duration {
-        self.drift + crate::lease::state::STOP_ALLOWANCE
+        self.drift + STOP_ALLOWANCE
     }
 
     /// The longest shutdown (time from "stop now" to the work being gone, a `--grace`) that fits
@@ -128,7 +134,7 @@ impl LeaseOptions {
         self.ttl
             .saturating_sub(renew)
             .saturating_sub(self.stop_margin())
-            .saturating_sub(crate::lease::state::STOP_ALLOWANCE)
+            .saturating_sub(STOP_ALLOWANCE)
             .saturating_sub(Duration::from_millis(1))
     }
 
@@ -153,7 +159,7 @@ impl LeaseOptions {
             return Ok(());
         }
         // ttl - ttl/3 - (ttl/100 + 2 ms + the allowance twice) > shutdown + 1 ms.
-        let fixed = crate::lease::state::STOP_ALLOWANCE * 2 + Duration::from_millis(3);
+        let fixed = STOP_ALLOWANCE * 2 + Duration::from_millis(3);
         let shortest_ttl = (shutdown + fixed).as_secs_f64() / (1.0 - 1.0 / 3.0 - 0.01);
         Err(Error::invalid(
             "grace",

@@ -94,7 +94,7 @@ impl fmt::Display for Stop {
                 write!(
                     f,
                     "renewals have not kept the lease alive; the store may hand it on in {} ms",
-                    left.as_millis() + crate::lease::state::STOP_ALLOWANCE.as_millis()
+                    left.as_millis() + crate::lease::options::STOP_ALLOWANCE.as_millis()
                 )
             }
             Stop::Lost(reason) => write!(f, "lost: {reason}"),

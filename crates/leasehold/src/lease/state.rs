@@ -21,7 +21,7 @@ use crate::error::{Error, LostReason};
 use crate::fence::Fence;
 use crate::lease::clock::ClockRate;
 use crate::lease::metrics;
-use crate::lease::options::LeaseOptions;
+use crate::lease::options::{LeaseOptions, STOP_ALLOWANCE};
 use crate::lease::signal::{HealthSender, HealthWatch, LeaseHealth, LostSignal, SuspectReason};
 use crate::lease::store::{Grant, Held};
 
@@ -69,11 +69,6 @@ pub(crate) struct LeaseState {
 /// a program that says these in its own words (the `leasehold` command does) turns this target
 /// off so that each event is one line.
 pub const HOLDER_EVENTS: &str = "leasehold::holder";
-
-/// How long before the holder's deadline its work must be gone ([`crate::Lease::stop_by`]): the
-/// time for a stop order to reach the work and for the kernel to end a process killed at the last
-/// instant, with room for a busy machine's scheduling delay.
-pub(crate) const STOP_ALLOWANCE: Duration = Duration::from_millis(100);
 
 /// The drift allowance over a first TTL shorter than the options' (a hand-over grants one): clock
 /// rates differ in proportion to the time measured, so the allowance shrinks with it, never below

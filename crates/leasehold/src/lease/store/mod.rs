@@ -71,3 +71,9 @@ impl OwnedRequest {
         }
     }
 }
+
+/// The outcome of a batch of one lease (a renewal, a release): its one item's, `Ok(false)` when
+/// the store answered none.
+pub(crate) fn only(batch: crate::Result<Vec<crate::Result<bool>>>) -> crate::Result<bool> {
+    batch.and_then(|mut v| v.pop().unwrap_or(Ok(false)))
+}

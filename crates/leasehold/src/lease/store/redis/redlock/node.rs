@@ -207,11 +207,6 @@ impl Node {
             .await
             .inspect_err(|f| self.mark(f))?;
         self.up.store(true, Ordering::Relaxed);
-        let run_id = info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_default();
         let role = match role.first() {
             Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
             Some(Value::SimpleString(s)) => s.clone(),
@@ -219,7 +214,7 @@ impl Node {
         };
         let facts = crate::lease::store::redis::health::NodeFacts::parse(&info);
         Ok(Identity {
-            run_id,
+            run_id: facts.run_id.clone(),
             role,
             facts,
             refused,

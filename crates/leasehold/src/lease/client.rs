@@ -242,7 +242,28 @@ struct AbandonGuard<'a> {
     armed: bool,
 }
 
-impl AbandonGuard<'_> {
+impl<'a> AbandonGuard<'a> {
+    /// Disarmed, for the first request (step 0) with `token`, which waits up to `wait`.
+    fn first(
+        keeper: &'a Keeper,
+        name: &'a str,
+        token: &'a str,
+        opts: &'a LeaseOptions,
+        wait: Duration,
+    ) -> Self {
+        AbandonGuard {
+            keeper,
+            req: Request {
+                name,
+                token,
+                opts,
+                wait,
+                step: 0,
+            },
+            armed: false,
+        }
+    }
+
     /// Abandons now, in the caller's task (the caller gave up without being cancelled).
     async fn abandon_now(&mut self) {
         self.armed = false;
@@ -262,23 +283,11 @@ impl Drop for AbandonGuard<'_> {
             return;
         };
         let store = self.keeper.store_arc();
-        let (name, token, opts, wait) = (
-            self.req.name.to_owned(),
-            self.req.token.to_owned(),
-            self.req.opts.clone(),
-            self.req.wait,
-        );
-        let step = self.req.step;
+        let owned = store::OwnedRequest::of(&self.req);
         let counted = self.keeper.cleanup();
         rt.spawn(async move {
             let _counted = counted;
-            let req = Request {
-                name: &name,
-                token: &token,
-                opts: &opts,
-                wait,
-                step,
-            };
+            let req = owned.get();
             // One retry: an abandon that fails twice leaves anything taken to expire after its TTL.
             for _ in 0..2 {
                 match store.abandon(&req).await {
@@ -556,17 +565,7 @@ impl LeaseClient {
         self.store().check_name(name)?;
         let started = Instant::now();
         let token = store::new_token();
-        let mut guard = AbandonGuard {
-            keeper: &self.inner.keeper,
-            req: Request {
-                name,
-                token: &token,
-                opts,
-                wait: Duration::ZERO,
-                step: 0,
-            },
-            armed: false,
-        };
+        let mut guard = AbandonGuard::first(&self.inner.keeper, name, &token, opts, Duration::ZERO);
         let r = match self.attempt(&mut guard).await {
             Ok(Outcome::Taken(lease)) => Ok(lease),
             Ok(Outcome::Busy(remaining)) => {
@@ -680,17 +679,7 @@ impl LeaseClient {
             return Err(timed_out());
         };
         let token = store::new_token();
-        let mut guard = AbandonGuard {
-            keeper: &self.inner.keeper,
-            req: Request {
-                name,
-                token: &token,
-                opts,
-                wait: max_wait,
-                step: 0,
-            },
-            armed: false,
-        };
+        let mut guard = AbandonGuard::first(&self.inner.keeper, name, &token, opts, max_wait);
         let queues = self.store().queues_waiters();
         // When the previous head of this queue got the lease and the store will wake a waiter at its
         // release, block at once instead of asking first (stores without a queue of their own).

@@ -17,6 +17,7 @@ use crate::fence::Fence;
 use crate::lease::options::LeaseOptions;
 use crate::lease::signal::{HealthWatch, LeaseHealth, LostSignal};
 use crate::lease::state::LeaseState;
+use crate::lease::store;
 use crate::lease::watchdog::Keeper;
 use crate::lease::{metrics, StoreKind};
 
@@ -202,12 +203,7 @@ impl Lease {
         if let Some(reason) = st.check_time(sent_at) {
             return Err(st.lost_error(reason));
         }
-        let reply = self
-            .keeper
-            .store()
-            .renew(&[st.held()])
-            .await
-            .and_then(|mut v| v.pop().unwrap_or(Ok(false)));
+        let reply = store::only(self.keeper.store().renew(&[st.held()]).await);
         match reply {
             Ok(true) => {
                 metrics::renewal("renewed");
@@ -317,12 +313,7 @@ impl Lease {
         let st = self.state.clone();
         st.released.store(true, Ordering::Release);
         self.keeper.forget(st.id);
-        let reply = self
-            .keeper
-            .store()
-            .release(&[st.held()])
-            .await
-            .and_then(|mut v| v.pop().unwrap_or(Ok(false)));
+        let reply = store::only(self.keeper.store().release(&[st.held()]).await);
         match reply {
             Ok(ours) => {
                 self.mark_done();

@@ -36,3 +36,44 @@ pub use crate::lease::clock::ClockRate;
 pub use contract::*;
 pub(crate) use registry::open;
 pub use registry::SCHEMES;
+
+/// A [`Request`] that owns its parts, for a task that outlives the caller's borrow (an abandon
+/// sent in the background, an acquire run in a task of its own).
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedRequest {
+    name: String,
+    token: String,
+    opts: crate::lease::LeaseOptions,
+    wait: std::time::Duration,
+    step: u32,
+}
+
+impl OwnedRequest {
+    /// A copy of `req`.
+    pub(crate) fn of(req: &Request<'_>) -> Self {
+        OwnedRequest {
+            name: req.name.to_owned(),
+            token: req.token.to_owned(),
+            opts: req.opts.clone(),
+            wait: req.wait,
+            step: req.step,
+        }
+    }
+
+    /// The request, borrowed back.
+    pub(crate) fn get(&self) -> Request<'_> {
+        Request {
+            name: &self.name,
+            token: &self.token,
+            opts: &self.opts,
+            wait: self.wait,
+            step: self.step,
+        }
+    }
+}
+
+/// The outcome of a batch of one lease (a renewal, a release): its one item's, `Ok(false)` when
+/// the store answered none.
+pub(crate) fn only(batch: crate::Result<Vec<crate::Result<bool>>>) -> crate::Result<bool> {
+    batch.and_then(|mut v| v.pop().unwrap_or(Ok(false)))
+}

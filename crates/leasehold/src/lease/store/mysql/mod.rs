@@ -153,6 +153,45 @@ impl Core {
         self.response_timeout * 4 + self.connect_timeout * 2
     }
 
+    /// One statement `sql` that changes the row of `name` only while it holds `token` (bound after
+    /// `first` and the prefix), run as [`Self::run`] runs it: whether it did.
+    async fn while_held<A>(
+        &self,
+        phase: Phase,
+        sql: &'static str,
+        first: A,
+        name: &str,
+        token: &str,
+    ) -> Result<bool>
+    where
+        A: for<'q> sqlx::Encode<'q, sqlx::MySql>
+            + sqlx::Type<sqlx::MySql>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.run(phase, 1, |conn| {
+            let (first, prefix, name, token) = (
+                first.clone(),
+                self.prefix.clone(),
+                name.to_owned(),
+                token.to_owned(),
+            );
+            Box::pin(async move {
+                let r = sqlx::query(sql)
+                    .bind(first)
+                    .bind(&*prefix)
+                    .bind(&name)
+                    .bind(&token)
+                    .execute(conn)
+                    .await?;
+                Ok(r.rows_affected() == 1)
+            })
+        })
+        .await
+    }
+
     /// Runs `call` on a pooled connection within [`Self::limit`]. A connection that turns out dead
     /// (the server restarted) is dropped and the call run once more on a new one: every lease call
     /// has the same effect run twice.
@@ -284,44 +323,16 @@ impl Core {
     }
 
     async fn renew(&self, name: &str, token: &str, ttl: Duration) -> Result<bool> {
-        let ttl_us = micros(ttl);
-        self.run(Phase::Renew, 1, |conn| {
-            let (prefix, name, token) = (self.prefix.clone(), name.to_owned(), token.to_owned());
-            Box::pin(async move {
-                let r = sqlx::query(include_str!("sql/renew.sql"))
-                    .bind(ttl_us)
-                    .bind(&*prefix)
-                    .bind(&name)
-                    .bind(&token)
-                    .execute(conn)
-                    .await?;
-                Ok(r.rows_affected() == 1)
-            })
-        })
-        .await
+        let sql = include_str!("sql/renew.sql");
+        self.while_held(Phase::Renew, sql, micros(ttl), name, token)
+            .await
     }
 
     /// One statement: the note, if the row still holds `token`.
     async fn write_note(&self, name: &str, token: &str, note: &[u8]) -> Result<bool> {
-        self.run(Phase::Note, 1, |conn| {
-            let (prefix, name, token, note) = (
-                self.prefix.clone(),
-                name.to_owned(),
-                token.to_owned(),
-                note.to_vec(),
-            );
-            Box::pin(async move {
-                let r = sqlx::query(include_str!("sql/write_note.sql"))
-                    .bind(note)
-                    .bind(&*prefix)
-                    .bind(&name)
-                    .bind(&token)
-                    .execute(conn)
-                    .await?;
-                Ok(r.rows_affected() == 1)
-            })
-        })
-        .await
+        let sql = include_str!("sql/write_note.sql");
+        self.while_held(Phase::Note, sql, note.to_vec(), name, token)
+            .await
     }
 
     /// One statement.

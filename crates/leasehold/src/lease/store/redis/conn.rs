@@ -110,6 +110,19 @@ impl ConnectionLike for Route {
     }
 }
 
+/// How every single-server shared connection (one server, each Redlock master) reconnects: the
+/// response and connect timeouts of `settings`, one retry, 20-200 ms between attempts.
+pub(crate) fn manager_config(
+    settings: &crate::lease::store::contract::Settings,
+) -> redis::aio::ConnectionManagerConfig {
+    redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(settings.response_timeout))
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(200))
+}
+
 /// The shared connection, counted.
 pub(crate) type Shared = Counted<Route>;
 
@@ -417,12 +430,34 @@ impl Dedicated {
     }
 }
 
+impl Dedicated {
+    /// Sends `cmd` (one request counted) and notes whether the connection still works.
+    async fn send_cmd(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let r = self.con.send_packed_command(cmd).await;
+        self.note(&r);
+        r
+    }
+
+    /// Sends `count` commands of `pipeline` from `offset` (one request counted) and notes whether
+    /// the connection still works.
+    async fn send_pipe(
+        &mut self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let r = self.con.send_packed_commands(pipeline, offset, count).await;
+        self.note(&r);
+        r
+    }
+}
+
 impl ConnectionLike for Dedicated {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            self.count.fetch_add(1, Ordering::Relaxed);
-            let first = self.con.send_packed_command(cmd).await;
-            self.note(&first);
+            let first = self.send_cmd(cmd).await;
             let Ok(v) = &first else { return first };
             let Some(to) = elsewhere(v).filter(|_| !is_blocking(cmd)) else {
                 if elsewhere(v).is_some() {
@@ -433,20 +468,13 @@ impl ConnectionLike for Dedicated {
             };
             match self.follow(to).await {
                 None => first,
-                Some(asking) => {
-                    self.count.fetch_add(1, Ordering::Relaxed);
-                    if asking {
-                        let mut pipe = redis::pipe();
-                        pipe.cmd("ASKING").add_command(cmd.clone());
-                        let r = self.con.send_packed_commands(&pipe, 0, 2).await;
-                        self.note(&r);
-                        r.map(|mut v| v.pop().unwrap_or(Value::Nil))
-                    } else {
-                        let r = self.con.send_packed_command(cmd).await;
-                        self.note(&r);
-                        r
-                    }
+                Some(true) => {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("ASKING").add_command(cmd.clone());
+                    let r = self.send_pipe(&pipe, 0, 2).await;
+                    r.map(|mut v| v.pop().unwrap_or(Value::Nil))
                 }
+                Some(false) => self.send_cmd(cmd).await,
             }
         })
     }
@@ -458,9 +486,7 @@ impl ConnectionLike for Dedicated {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            self.count.fetch_add(1, Ordering::Relaxed);
-            let first = self.con.send_packed_commands(pipeline, offset, count).await;
-            self.note(&first);
+            let first = self.send_pipe(pipeline, offset, count).await;
             let Ok(values) = &first else { return first };
             let Some(to) = values.iter().find_map(elsewhere) else {
                 return first;
@@ -473,22 +499,15 @@ impl ConnectionLike for Dedicated {
             }
             match self.follow(to).await {
                 None => first,
-                Some(false) => {
-                    self.count.fetch_add(1, Ordering::Relaxed);
-                    let r = self.con.send_packed_commands(pipeline, offset, count).await;
-                    self.note(&r);
-                    r
-                }
+                Some(false) => self.send_pipe(pipeline, offset, count).await,
                 Some(true) => {
                     // ASKING holds for the next command only: one before each.
-                    self.count.fetch_add(1, Ordering::Relaxed);
                     let mut asking = redis::pipe();
                     for cmd in pipeline.cmd_iter() {
                         asking.cmd("ASKING").add_command(cmd.clone());
                     }
                     let n = pipeline.cmd_iter().count();
-                    let r = self.con.send_packed_commands(&asking, 0, 2 * n).await;
-                    self.note(&r);
+                    let r = self.send_pipe(&asking, 0, 2 * n).await;
                     r.map(|v| {
                         v.into_iter()
                             .skip(1)

@@ -61,12 +61,18 @@ pub(super) async fn within<T>(
     limit: Duration,
     fut: impl Future<Output = redis::RedisResult<T>>,
 ) -> Result<T> {
+    bounded(limit, fut).await.map_err(|f| f.to_error(phase))
+}
+
+/// `fut` bounded by `limit`; a driver error or the bound passing is a [`Failure`] (read later, for
+/// the phase it failed in, by [`Failure::to_error`]).
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    fut: impl Future<Output = redis::RedisResult<T>>,
+) -> std::result::Result<T, Failure> {
     match tokio::time::timeout(limit, fut).await {
-        Ok(r) => r.map_err(redis_error(phase)),
-        Err(_) => Err(Error::Timeout {
-            phase,
-            after: limit,
-        }),
+        Ok(r) => r.map_err(Failure::Redis),
+        Err(_) => Err(Failure::Timeout(limit)),
     }
 }
 

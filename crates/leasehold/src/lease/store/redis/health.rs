@@ -33,6 +33,8 @@ pub(crate) struct NodeFacts {
     pub(crate) evicted_keys: u64,
     /// `redis_version`, major and minor (`None` when the server does not say).
     pub(crate) version: Option<(u32, u32)>,
+    /// `run_id`: random per server process (empty when the server does not say).
+    pub(crate) run_id: String,
 }
 
 impl NodeFacts {
@@ -49,6 +51,7 @@ impl NodeFacts {
                 "maxmemory" => f.maxmemory = v.parse().unwrap_or(0),
                 "maxmemory_policy" => f.policy = v.to_owned(),
                 "evicted_keys" => f.evicted_keys = v.parse().unwrap_or(0),
+                "run_id" => f.run_id = v.to_owned(),
                 "redis_version" => {
                     let mut parts = v.split('.').map(str::parse::<u32>);
                     if let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) {
@@ -236,11 +239,12 @@ mod tests {
     #[test]
     fn info_says_role_and_policy() {
         let f = NodeFacts::parse(
-            "# Server\r\nredis_mode:standalone\r\n# Memory\r\nmaxmemory:1048576\r\nmaxmemory_policy:volatile-lru\r\n# Stats\r\nevicted_keys:7\r\n# Replication\r\nrole:master\r\n",
+            "# Server\r\nredis_mode:standalone\r\nrun_id:5f2c\r\n# Memory\r\nmaxmemory:1048576\r\nmaxmemory_policy:volatile-lru\r\n# Stats\r\nevicted_keys:7\r\n# Replication\r\nrole:master\r\n",
         );
         assert_eq!(f.mode.as_deref(), Some("standalone"));
         assert!(f.can_evict() && !f.is_replica());
         assert_eq!(f.evicted_keys, 7);
+        assert_eq!(f.run_id, "5f2c", "Redlock tells masters apart by it");
         let e = check("redis://h:1", &f, false).unwrap_err().to_string();
         assert!(
             e.contains("volatile-lru")

@@ -75,8 +75,9 @@ use crate::lease::store::contract::{
 };
 
 /// Most scripts sent in one pipeline; a larger batch goes out as several pipelines in a row, so the
-/// request and reply buffers stay small however many leases are held.
-const CHUNK: usize = 1_000;
+/// request and reply buffers stay small however many leases are held (every topology, Redlock's
+/// masters too).
+pub(crate) const CHUNK: usize = 1_000;
 
 /// Leases in one Redis server or primary. Cheap to clone (clones share the connections).
 #[derive(Clone)]

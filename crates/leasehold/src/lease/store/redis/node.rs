@@ -72,6 +72,25 @@ pub(crate) fn open_client(url: &crate::url::StoreUrl) -> crate::Result<redis::Cl
     })
 }
 
+/// A driver client for the one-server URL `url` ([`open_client`]) that trusts the PEM roots `pem`
+/// when given and `url` is a TLS one (a refused certificate is [`Error::Invalid`](crate::Error::Invalid));
+/// roots given for a plain URL are the caller's to refuse or ignore. Callers ran [`prepare_tls`].
+pub(crate) fn one_server_client(
+    url: &crate::url::StoreUrl,
+    pem: Option<&[u8]>,
+) -> crate::Result<redis::Client> {
+    let client = open_client(url)?;
+    match pem {
+        Some(pem) if url.scheme() == "rediss" => client_trusting(url.expose(), pem).map_err(|e| {
+            crate::Error::invalid(
+                "tls root certificate",
+                format!("it was refused ({e}); give PEM-encoded certificate(s)"),
+            )
+        }),
+        _ => Ok(client),
+    }
+}
+
 /// A driver client for the TLS URL `url` that trusts the PEM roots `pem` instead of the webpki ones.
 /// Callers ran [`prepare_tls`] first; in a build without the `tls` feature this is never reached and
 /// says so.

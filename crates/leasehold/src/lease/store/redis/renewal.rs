@@ -152,7 +152,7 @@ impl RedisStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use leasehold_testkit::RedisServer;
@@ -160,6 +160,33 @@ mod tests {
     use super::super::RedisStore;
     use crate::lease::store::contract::{Attempt, Held, Request, Settings, Store};
     use crate::lease::LeaseOptions;
+
+    /// Takes each name with its token, without waiting (each must be free); the leases held.
+    pub(crate) async fn take_all<'a>(
+        store: &RedisStore,
+        names: &'a [String],
+        tokens: &'a [String],
+        opts: &'a LeaseOptions,
+    ) -> Vec<Held<'a>> {
+        for (name, token) in names.iter().zip(tokens) {
+            let req = Request {
+                name,
+                token,
+                opts,
+                wait: Duration::ZERO,
+                step: 0,
+            };
+            assert!(matches!(
+                store.acquire(&req).await.unwrap(),
+                Attempt::Taken(_)
+            ));
+        }
+        names
+            .iter()
+            .zip(tokens)
+            .map(|(name, token)| Held { name, token, opts })
+            .collect()
+    }
 
     const SEC: Duration = Duration::from_secs(1);
 
@@ -184,19 +211,7 @@ mod tests {
         let opts = LeaseOptions::with_ttl(30 * SEC).unwrap();
         let names: Vec<String> = (0..250).map(|i| format!("r{i}")).collect();
         let tokens: Vec<String> = (0..250).map(|i| format!("{i:032x}")).collect();
-        for (name, token) in names.iter().zip(&tokens) {
-            let req = Request {
-                name,
-                token,
-                opts: &opts,
-                wait: Duration::ZERO,
-                step: 0,
-            };
-            assert!(matches!(
-                store.acquire(&req).await.unwrap(),
-                Attempt::Taken(_)
-            ));
-        }
+        let held = take_all(&store, &names, &tokens, &opts).await;
         let mut con = srv.connection().unwrap();
         let _: () = redis::cmd("SET")
             .arg(store.lock_key(&names[7]))
@@ -212,15 +227,6 @@ mod tests {
             .arg("x")
             .query(&mut con)
             .unwrap();
-        let held: Vec<Held<'_>> = names
-            .iter()
-            .zip(&tokens)
-            .map(|(name, token)| Held {
-                name,
-                token,
-                opts: &opts,
-            })
-            .collect();
         let alone = store.renew_each(&held[9..10]).await.unwrap();
         let Err(alone) = &alone[0] else {
             panic!("{alone:?}")

@@ -20,6 +20,7 @@ use super::{ask, given_up, granted_ttl, ms_reply, permits_in_use, RedisStore};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::contract::{Attempt, Grant, Request, Store};
+use crate::lease::store::OwnedRequest;
 use crate::lease::{metrics, ReplicaPolicy};
 
 impl RedisStore {
@@ -32,23 +33,10 @@ impl RedisStore {
         req: &Request<'_>,
         replicas: (u32, Duration, ReplicaPolicy),
     ) -> Result<Attempt> {
-        let (this, name, token, opts, wait) = (
-            self.clone(),
-            req.name.to_owned(),
-            req.token.to_owned(),
-            req.opts.clone(),
-            req.wait,
-        );
-        let step = req.step;
+        let (this, owned) = (self.clone(), OwnedRequest::of(req));
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            let req = Request {
-                name: &name,
-                token: &token,
-                opts: &opts,
-                wait,
-                step,
-            };
+            let req = owned.get();
             let r = this.acquire_replicated_here(&req, replicas).await;
             if let Err(Ok(Attempt::Taken(_))) = tx.send(r) {
                 // Nobody is waiting for it any more.
@@ -131,12 +119,12 @@ impl RedisStore {
         }
         match policy {
             ReplicaPolicy::FailClosed => {
-                metrics::replica_shortfall("fail_closed");
-                tracing::warn!(
-                    lease = req.name,
+                shortfall(
+                    req,
                     acked,
-                    wanted = numreplicas,
-                    "lock write not replicated; releasing (fail-closed)"
+                    numreplicas,
+                    "fail_closed",
+                    "releasing (fail-closed)",
                 );
                 // Best effort: if this release fails, the lock expires after its TTL.
                 let _ = self.abandon(req).await;
@@ -147,12 +135,12 @@ impl RedisStore {
                 })
             }
             ReplicaPolicy::FailOpen => {
-                metrics::replica_shortfall("fail_open");
-                tracing::warn!(
-                    lease = req.name,
+                shortfall(
+                    req,
                     acked,
-                    wanted = numreplicas,
-                    "lock write not replicated; keeping the lease (fail-open)"
+                    numreplicas,
+                    "fail_open",
+                    "keeping the lease (fail-open)",
                 );
                 Ok(Attempt::Taken(grant))
             }
@@ -169,4 +157,16 @@ pub(super) fn wait_cmd(numreplicas: u32, timeout: Duration) -> redis::Cmd {
             .max(1),
     );
     cmd
+}
+
+/// Counts (`label`) and logs a lease whose write fewer replicas acknowledged than `wanted`, saying
+/// what is `done` about it.
+fn shortfall(req: &Request<'_>, acked: i64, wanted: u32, label: &'static str, done: &str) {
+    metrics::replica_shortfall(label);
+    tracing::warn!(
+        lease = req.name,
+        acked,
+        wanted,
+        "lock write not replicated; {done}"
+    );
 }

@@ -8,14 +8,11 @@
 //! Limit: it follows no failover by itself; behind one DNS name it reaches a new primary only when
 //! the name moves.
 
+use redis::AsyncConnectionConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::aio::ConnectionManagerConfig;
-use redis::AsyncConnectionConfig;
-
-use super::conn::{Nodes, Route};
+use super::conn::{manager_config, Nodes, Route};
 use super::errors::{self, within};
 use super::health;
 use crate::error::{Error, Phase, Result};
@@ -61,16 +58,10 @@ pub(super) async fn connect(
         super::RedisOptions::of(settings).allow_eviction,
     )?;
 
-    let manager_config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(response_timeout))
-        .set_connection_timeout(Some(connect_timeout))
-        .set_number_of_retries(1)
-        .set_min_delay(Duration::from_millis(20))
-        .set_max_delay(Duration::from_millis(200));
     let manager = within(
         Phase::Connect,
         connect_timeout * 2 + response_timeout,
-        redis::aio::ConnectionManager::new_with_config(client.clone(), manager_config),
+        redis::aio::ConnectionManager::new_with_config(client.clone(), manager_config(settings)),
     )
     .await?;
     round_trips.fetch_add(1, Ordering::Relaxed);
@@ -86,26 +77,18 @@ pub(super) async fn connect(
 /// A driver client for `url`, with the TLS roots of `settings` (refused for a URL without TLS). A
 /// malformed URL is [`Error::Invalid`] naming it redacted.
 fn client(url: &StoreUrl, settings: &Settings) -> Result<redis::Client> {
-    let location = url.redacted();
-    let tls = url.scheme() == "rediss";
-    let client = super::node::open_client(url)?;
-    match &settings.tls_root_ca_pem {
-        None => Ok(client),
-        Some(pem) => {
-            if !tls {
-                return Err(Error::invalid(
-                    "tls root certificate",
-                    format!("it was given for `{location}`, which is not a TLS URL; use rediss://"),
-                ));
-            }
-            super::node::client_trusting(url.expose(), pem).map_err(|e| {
-                Error::invalid(
-                    "tls root certificate",
-                    format!("it was refused ({e}); give PEM-encoded certificate(s)"),
-                )
-            })
-        }
+    let pem = settings.tls_root_ca_pem.as_deref();
+    let client = super::node::one_server_client(url, pem)?;
+    if pem.is_some() && url.scheme() != "rediss" {
+        return Err(Error::invalid(
+            "tls root certificate",
+            format!(
+                "it was given for `{}`, which is not a TLS URL; use rediss://",
+                url.redacted()
+            ),
+        ));
     }
+    Ok(client)
 }
 
 /// Refuses a cluster node or a sentinel behind a `redis://` URL, naming the URL to use instead.

@@ -72,13 +72,6 @@ impl SlotMap {
 /// `CLUSTER SLOTS`: `[[start, end, [host, port, id, …], replicas…], …]`; an empty host means "the
 /// node you asked".
 pub(super) fn parse_slots(reply: Value, asked_host: &str) -> RedisResult<SlotMap> {
-    let bad = |what: &str| {
-        RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "unexpected CLUSTER SLOTS reply",
-            what.to_owned(),
-        ))
-    };
     let Value::Array(entries) = reply else {
         return Err(bad("not an array"));
     };
@@ -88,18 +81,14 @@ pub(super) fn parse_slots(reply: Value, asked_host: &str) -> RedisResult<SlotMap
             return Err(bad("an entry is not an array"));
         };
         let mut fields = fields.into_iter();
-        let start: u16 = redis::from_redis_value(fields.next().ok_or_else(|| bad("no start"))?)
-            .map_err(|_| bad("start slot"))?;
-        let end: u16 = redis::from_redis_value(fields.next().ok_or_else(|| bad("no end"))?)
-            .map_err(|_| bad("end slot"))?;
+        let start: u16 = next_as(&mut fields, "no start", "start slot")?;
+        let end: u16 = next_as(&mut fields, "no end", "end slot")?;
         let Some(Value::Array(master)) = fields.next() else {
             return Err(bad("no master"));
         };
         let mut master = master.into_iter();
-        let host: String = redis::from_redis_value(master.next().ok_or_else(|| bad("no host"))?)
-            .map_err(|_| bad("host"))?;
-        let port: u16 = redis::from_redis_value(master.next().ok_or_else(|| bad("no port"))?)
-            .map_err(|_| bad("port"))?;
+        let host: String = next_as(&mut master, "no host", "host")?;
+        let port: u16 = next_as(&mut master, "no port", "port")?;
         let host = if host.is_empty() || host == "?" {
             asked_host.to_owned()
         } else {
@@ -109,6 +98,24 @@ pub(super) fn parse_slots(reply: Value, asked_host: &str) -> RedisResult<SlotMap
     }
     ranges.sort();
     Ok(SlotMap { ranges })
+}
+
+/// A `CLUSTER SLOTS` reply that is not one, saying `what` is wrong.
+fn bad(what: &str) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected CLUSTER SLOTS reply",
+        what.to_owned(),
+    ))
+}
+
+/// The next of `fields` as a `T`: `missing` when there is none, `wrong` when it is not a `T`.
+fn next_as<T: redis::FromRedisValue>(
+    fields: &mut impl Iterator<Item = Value>,
+    missing: &str,
+    wrong: &str,
+) -> RedisResult<T> {
+    redis::from_redis_value(fields.next().ok_or_else(|| bad(missing))?).map_err(|_| bad(wrong))
 }
 
 #[cfg(test)]

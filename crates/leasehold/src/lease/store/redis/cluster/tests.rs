@@ -17,7 +17,7 @@ use super::super::scripts::{self, AcquireReply, Ask, Tuning};
 use super::super::topology::{self, Topology};
 use super::super::RedisStore;
 use super::*;
-use crate::lease::store::contract::{Held, Request, Settings, Store};
+use crate::lease::store::contract::{Settings, Store};
 use crate::lease::LeaseOptions;
 use leasehold_testkit::RedisCluster;
 
@@ -179,28 +179,7 @@ async fn a_batch_of_renewals_is_one_pipeline_per_master() {
         .collect();
     names.extend(same);
     let tokens: Vec<String> = (0..names.len()).map(|i| format!("{i:032x}")).collect();
-    for (name, token) in names.iter().zip(&tokens) {
-        let req = Request {
-            name,
-            token,
-            opts: &opts,
-            wait: Duration::ZERO,
-            step: 0,
-        };
-        assert!(matches!(
-            store.acquire(&req).await.unwrap(),
-            crate::lease::store::contract::Attempt::Taken(_)
-        ));
-    }
-    let held: Vec<Held<'_>> = names
-        .iter()
-        .zip(&tokens)
-        .map(|(name, token)| Held {
-            name,
-            token,
-            opts: &opts,
-        })
-        .collect();
+    let held = super::super::renewal::tests::take_all(&store, &names, &tokens, &opts).await;
     // The first batch finds the scripts missing on each master and loads them all.
     store.renew(&held).await.unwrap();
     let before = store.round_trips();

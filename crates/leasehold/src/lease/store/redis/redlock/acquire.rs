@@ -62,13 +62,9 @@ impl RedlockStore {
                         self.fence_keys(rule),
                     );
                     async move {
-                        let mut r = inner.nodes[i]
-                            .scripts(std::slice::from_ref(&inv), limit)
-                            .await?;
-                        r.pop()
-                            .unwrap_or(Ok(redis::Value::Nil))
-                            .and_then(NodeAcquire::from_value)
-                            .map_err(Failure::Redis)
+                        inner.nodes[i]
+                            .script(&inv, limit, NodeAcquire::from_value)
+                            .await
                     }
                 },
                 |i, r| {
@@ -185,19 +181,12 @@ impl RedlockStore {
         let mut confirmed = agreeing;
         let mut unanswered = behind.len();
         let mut failure = None;
-        let inv = Arc::new(scripts::confirm(keys, token, fence, self.inner.retention));
-        self.fan_out(
+        let inv = scripts::confirm(keys, token, fence, self.inner.retention);
+        self.fan_out_script(
             behind,
-            |i, inner| {
-                let inv = inv.clone();
-                async move {
-                    let mut r = inner.nodes[i]
-                        .scripts(std::slice::from_ref(&*inv), limit)
-                        .await?;
-                    scripts::flag_reply(r.pop().unwrap_or(Ok(redis::Value::Nil)))
-                        .map_err(Failure::Redis)
-                }
-            },
+            inv,
+            limit,
+            |v| scripts::flag_reply(Ok(v)),
             |_, r| {
                 unanswered -= 1;
                 match r {

@@ -9,7 +9,6 @@
 //!
 //! Limit: a master that does not answer keeps its lock until its TTL.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::acquire::proposal;
@@ -30,35 +29,16 @@ impl RedlockStore {
         let proposal = proposal(rule);
         let mut answers: Vec<Option<(bool, u64)>> = vec![None; n];
         let mut first_failure = None;
-        let inv = Arc::new(scripts::force_release(
-            keys,
-            proposal,
-            self.fence_keys(rule),
-        ));
-        self.fan_out(
-            0..n,
-            |i, inner| {
-                let inv = inv.clone();
-                async move {
-                    let mut r = inner.nodes[i]
-                        .scripts(std::slice::from_ref(&*inv), limit)
-                        .await?;
-                    r.pop()
-                        .unwrap_or(Ok(redis::Value::Nil))
-                        .and_then(scripts::forced)
-                        .map_err(Failure::Redis)
+        let inv = scripts::force_release(keys, proposal, self.fence_keys(rule));
+        self.fan_out_script(0..n, inv, limit, scripts::forced, |i, r| {
+            match r {
+                Ok(a) => answers[i] = Some(a),
+                Err(f) => {
+                    first_failure.get_or_insert(f);
                 }
-            },
-            |i, r| {
-                match r {
-                    Ok(a) => answers[i] = Some(a),
-                    Err(f) => {
-                        first_failure.get_or_insert(f);
-                    }
-                }
-                false
-            },
-        )
+            }
+            false
+        })
         .await;
         (answers, first_failure)
     }
@@ -74,19 +54,12 @@ impl RedlockStore {
         first_failure: &mut Option<Failure>,
     ) -> usize {
         let mut raised = 0;
-        let inv = Arc::new(scripts::raise(keys, fence, self.inner.retention));
-        self.fan_out(
+        let inv = scripts::raise(keys, fence, self.inner.retention);
+        self.fan_out_script(
             behind,
-            |i, inner| {
-                let inv = inv.clone();
-                async move {
-                    let mut r = inner.nodes[i]
-                        .scripts(std::slice::from_ref(&*inv), limit)
-                        .await?;
-                    scripts::flag_reply(r.pop().unwrap_or(Ok(redis::Value::Nil)))
-                        .map_err(Failure::Redis)
-                }
-            },
+            inv,
+            limit,
+            |v| scripts::flag_reply(Ok(v)),
             |_, r| {
                 match r {
                     Ok(true) => raised += 1,

@@ -43,25 +43,14 @@ impl RedlockStore {
         let n = self.n();
         let quorum = self.quorum();
         let limit = self.inner.response_timeout;
-        let inv = Arc::new(super::scripts::read_note(&self.keys(name)));
+        let inv = super::scripts::read_note(&self.keys(name));
         let mut notes: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
         let mut first_failure = None;
-        self.fan_out(
+        self.fan_out_script(
             0..n,
-            |i, inner| {
-                let inv = inv.clone();
-                async move {
-                    let mut replies = inner.nodes[i]
-                        .scripts(std::slice::from_ref(&*inv), limit)
-                        .await?;
-                    let reply = replies.pop().unwrap_or(Ok(redis::Value::Nil));
-                    reply
-                        .and_then(|v| {
-                            redis::from_redis_value::<Option<Vec<u8>>>(v).map_err(Into::into)
-                        })
-                        .map_err(Failure::Redis)
-                }
-            },
+            inv,
+            limit,
+            |v| redis::from_redis_value::<Option<Vec<u8>>>(v).map_err(Into::into),
             |_, r| {
                 match r {
                     Ok(note) => notes.push(note),

@@ -56,9 +56,6 @@ use crate::lease::store::contract::{
     Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
 };
 
-/// Most scripts sent to one master in one pipeline.
-const CHUNK: usize = 1_000;
-
 /// How far ahead of the client's wall clock its fence proposal runs, so that it normally exceeds the
 /// masters' clocks too and every master records the same value (the one-round-trip path).
 const PROPOSAL_LEAD: Duration = Duration::from_secs(1);

@@ -12,15 +12,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::Value;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::lease::store::contract::Settings;
 use crate::lease::store::redis::acl::{self, Deployment};
-use crate::lease::store::redis::conn::{BlockingPool, Counted, Nodes, Route, Shared};
-use crate::lease::store::redis::errors::Failure;
+use crate::lease::store::redis::conn::{
+    manager_config, BlockingPool, Counted, Nodes, Route, Shared,
+};
+use crate::lease::store::redis::errors::{bounded, Failure};
+use crate::lease::store::redis::node as redis_node;
 use crate::url::StoreUrl;
 
 /// What `INFO server` and `ROLE` say a server is.
@@ -80,17 +83,6 @@ impl std::fmt::Debug for Node {
     }
 }
 
-/// `fut` bounded by `limit`; a driver error or the bound passing is a [`Failure`].
-pub(crate) async fn bounded<T>(
-    limit: Duration,
-    fut: impl Future<Output = redis::RedisResult<T>>,
-) -> std::result::Result<T, Failure> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(r) => r.map_err(Failure::Redis),
-        Err(_) => Err(Failure::Timeout(limit)),
-    }
-}
-
 /// A `redis::Client` for `url`, with TLS set up as the single-server store does. A malformed URL is
 /// [`Error::Invalid`] naming it (without its password).
 fn client(url: &StoreUrl, tls_root_ca_pem: Option<&[u8]>) -> Result<redis::Client> {
@@ -103,22 +95,15 @@ fn client(url: &StoreUrl, tls_root_ca_pem: Option<&[u8]>) -> Result<redis::Clien
             ),
         ));
     }
-    let tls = url.scheme() == "rediss";
-    let client = crate::lease::store::redis::node::open_client(url)?;
-    if tls {
-        crate::lease::store::redis::node::prepare_tls(location)?;
+    let client = redis_node::open_client(url)?;
+    if url.scheme() != "rediss" {
+        // Several masters may mix TLS and plain connections; the roots apply to the TLS ones.
+        return Ok(client);
     }
+    redis_node::prepare_tls(location)?;
     match tls_root_ca_pem {
         None => Ok(client),
-        Some(pem) if tls => crate::lease::store::redis::node::client_trusting(url.expose(), pem)
-            .map_err(|e| {
-                Error::invalid(
-                    "tls root certificate",
-                    format!("it was refused ({e}); give PEM-encoded certificate(s)"),
-                )
-            }),
-        // Several masters may mix TLS and plain connections; the roots apply to the TLS ones.
-        Some(_) => Ok(client),
+        pem => redis_node::one_server_client(url, pem),
     }
 }
 
@@ -129,19 +114,14 @@ impl Node {
         let location: Arc<str> = url.redacted().into();
         let client = client(url, settings.tls_root_ca_pem.as_deref())?;
         let count = Arc::new(AtomicU64::new(0));
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(settings.response_timeout))
-            .set_connection_timeout(Some(settings.connect_timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(200));
         let manager =
-            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(|e| {
-                Error::invalid(
-                    "redis url",
-                    format!("`{location}`: the connection could not be set up ({e})"),
-                )
-            })?;
+            ConnectionManager::new_lazy_with_config(client.clone(), manager_config(settings))
+                .map_err(|e| {
+                    Error::invalid(
+                        "redis url",
+                        format!("`{location}`: the connection could not be set up ({e})"),
+                    )
+                })?;
         Ok(Node {
             location,
             shared: Counted {
@@ -227,11 +207,6 @@ impl Node {
             .await
             .inspect_err(|f| self.mark(f))?;
         self.up.store(true, Ordering::Relaxed);
-        let run_id = info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_default();
         let role = match role.first() {
             Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
             Some(Value::SimpleString(s)) => s.clone(),
@@ -239,7 +214,7 @@ impl Node {
         };
         let facts = crate::lease::store::redis::health::NodeFacts::parse(&info);
         Ok(Identity {
-            run_id,
+            run_id: facts.run_id.clone(),
             role,
             facts,
             refused,
@@ -319,14 +294,25 @@ impl Node {
         invs: &[redis::ScriptInvocation<'_>],
         limit: Duration,
     ) -> std::result::Result<Vec<redis::RedisResult<Value>>, Failure> {
-        self.usable()?;
-        let mut con = self.shared.clone();
-        let r = bounded(limit, super::scripts::pipeline(&mut con, invs)).await;
-        match &r {
-            Ok(_) => self.up.store(true, Ordering::Relaxed),
-            Err(f) => self.mark(f),
-        }
-        r
+        self.send(limit, |mut con| async move {
+            super::scripts::pipeline(&mut con, invs).await
+        })
+        .await
+    }
+
+    /// Sends one prepared script call, bounded by `limit`, and reads its reply with `read` (a
+    /// missing reply is `nil`).
+    pub(crate) async fn script<T>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+        limit: Duration,
+        read: impl FnOnce(Value) -> redis::RedisResult<T>,
+    ) -> std::result::Result<T, Failure> {
+        let mut r = self.scripts(std::slice::from_ref(inv), limit).await?;
+        r.pop()
+            .unwrap_or(Ok(Value::Nil))
+            .and_then(read)
+            .map_err(Failure::Redis)
     }
 
     /// Sends one command and reads its reply, bounded by `limit`.
@@ -335,14 +321,10 @@ impl Node {
         cmd: &redis::Cmd,
         limit: Duration,
     ) -> std::result::Result<T, Failure> {
-        self.usable()?;
-        let mut con = self.shared.clone();
-        let r = bounded(limit, cmd.query_async::<T>(&mut con)).await;
-        match &r {
-            Ok(_) => self.up.store(true, Ordering::Relaxed),
-            Err(f) => self.mark(f),
-        }
-        r
+        self.send(limit, |mut con| async move {
+            cmd.query_async::<T>(&mut con).await
+        })
+        .await
     }
 
     /// Sends a pipeline and reads its replies, bounded by `limit`.
@@ -351,9 +333,24 @@ impl Node {
         pipe: &redis::Pipeline,
         limit: Duration,
     ) -> std::result::Result<T, Failure> {
+        self.send(limit, |mut con| async move {
+            pipe.query_async::<T>(&mut con).await
+        })
+        .await
+    }
+
+    /// One request on the shared connection once the master is usable, bounded by `limit`; its
+    /// outcome says whether the master is up.
+    async fn send<T, F>(
+        &self,
+        limit: Duration,
+        request: impl FnOnce(Shared) -> F,
+    ) -> std::result::Result<T, Failure>
+    where
+        F: Future<Output = redis::RedisResult<T>>,
+    {
         self.usable()?;
-        let mut con = self.shared.clone();
-        let r = bounded(limit, pipe.query_async::<T>(&mut con)).await;
+        let r = bounded(limit, request(self.shared.clone())).await;
         match &r {
             Ok(_) => self.up.store(true, Ordering::Relaxed),
             Err(f) => self.mark(f),

@@ -16,11 +16,12 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::quorum::{Verdict, Votes};
 use super::scripts;
-use super::{Inner, RedlockStore, CHUNK};
+use super::{Inner, RedlockStore};
 use crate::error::{Error, Phase, Result};
 use crate::lease::store::contract::Held;
 use crate::lease::store::redis::errors::Failure;
 use crate::lease::store::redis::keys::RedlockKeys;
+use crate::lease::store::redis::CHUNK;
 
 /// One request per master, boxed so that masters can be asked at once; each owns what it needs, so
 /// that the ones still out when the answer is known can finish in the background.
@@ -76,6 +77,28 @@ impl RedlockStore {
             }
         }
         Leftover(pending)
+    }
+
+    /// [`fan_out`](Self::fan_out) of one script call, the same on every master in `targets`, its
+    /// reply read by `read`.
+    pub(super) async fn fan_out_script<T: Send + 'static>(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        inv: redis::ScriptInvocation<'static>,
+        limit: std::time::Duration,
+        read: fn(redis::Value) -> redis::RedisResult<T>,
+        take: impl FnMut(usize, std::result::Result<T, Failure>) -> bool,
+    ) -> Leftover<T> {
+        let inv = Arc::new(inv);
+        self.fan_out(
+            targets,
+            |i, inner| {
+                let inv = inv.clone();
+                async move { inner.nodes[i].script(&inv, limit, read).await }
+            },
+            take,
+        )
+        .await
     }
 
     /// Runs `make` for every item on every master (pipelined per master) and folds the 0/1 replies

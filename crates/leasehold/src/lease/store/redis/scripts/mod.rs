@@ -336,17 +336,25 @@ impl HandOver {
 }
 
 pub(crate) fn bad_reply(script: &'static str, what: &'static str) -> redis::RedisError {
+    unexpected("unexpected reply from a leasehold script", script, what)
+}
+
+/// The driver error for a reply of `script` that is not what it returns (`what`), described as
+/// `desc`.
+fn unexpected(desc: &'static str, script: &'static str, what: &'static str) -> redis::RedisError {
     redis::RedisError::from((
         redis::ErrorKind::UnexpectedReturnType,
-        "unexpected reply from a leasehold script",
+        desc,
         format!("{script}: {what}"),
     ))
 }
 
+/// `d` in whole milliseconds, at least 1 (a script's TTL or linger: 0 would mean none).
 fn ms(d: Duration) -> u64 {
     ms_or_zero(d).max(1)
 }
 
+/// `d` in whole milliseconds, saturating.
 fn ms_or_zero(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -696,13 +704,19 @@ pub(crate) async fn pipeline<C: ConnectionLike>(
         }
         values = pipe.query_async(con).await?;
     }
-    Ok(values
+    Ok(per_item(values))
+}
+
+/// A pipeline's replies sent with errors ignored, one result per item: the reply, or the error
+/// the server gave for that item.
+fn per_item(values: Vec<Value>) -> Vec<RedisResult<Value>> {
+    values
         .into_iter()
         .map(|v| match v {
             Value::ServerError(e) => Err(e.into()),
             other => Ok(other),
         })
-        .collect())
+        .collect()
 }
 
 /// Reads a 0/1 reply (release, abandon), or a renewal's or a hand-over's (whether it was ours).
@@ -730,8 +744,24 @@ pub(crate) fn renewed(v: RedisResult<Value>) -> RedisResult<(bool, Option<i64>)>
     }
 }
 
+/// Whether a reply is the server's `NOSCRIPT` (its script cache lost a script).
 fn value_is_noscript(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+/// A private redis-server for the scripts' tests, and a connection to it.
+#[cfg(test)]
+pub(crate) async fn test_server() -> (
+    leasehold_testkit::RedisServer,
+    redis::aio::MultiplexedConnection,
+) {
+    let srv = leasehold_testkit::RedisServer::start().expect("start a private redis-server");
+    let con = redis::Client::open(srv.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    (srv, con)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use redis::aio::ConnectionLike;
 use redis::{RedisResult, Script, ScriptInvocation, Value};
 
 use super::super::keys::RedlockKeys;
+use super::{ms, ms_or_zero, value_is_noscript};
 
 /// Every script's source, loaded together (one `SCRIPT LOAD` pipeline) when a master is first
 /// checked and whenever one answers `NOSCRIPT` (after a restart): all or none, never a master that
@@ -137,19 +138,11 @@ pub(crate) fn forced(v: Value) -> RedisResult<(bool, u64)> {
 }
 
 pub(crate) fn bad_reply(script: &'static str, what: &'static str) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
+    super::unexpected(
         "unexpected reply from a leasehold redlock script",
-        format!("{script}: {what}"),
-    ))
-}
-
-fn ms(d: Duration) -> u64 {
-    ms_or_zero(d).max(1)
-}
-
-fn ms_or_zero(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+        script,
+        what,
+    )
 }
 
 /// How a master writes its fence key: floored at its clock or not (the tests turn the floor off to
@@ -181,18 +174,31 @@ pub(crate) fn acquire(
     rule: FenceKeys,
 ) -> ScriptInvocation<'static> {
     let mut inv = ACQUIRE.prepare_invoke();
+    minting_keys(&mut inv, keys)
+        .arg(token)
+        .arg(ms(ttl))
+        .arg(ms_or_zero(wait))
+        .arg(ms(WAITING_SLACK));
+    minting_args(&mut inv, proposal, rule);
+    inv
+}
+
+/// The keys of the two scripts that mint a fence (acquire, force_release), in their order.
+fn minting_keys<'a, 'b>(
+    inv: &'b mut ScriptInvocation<'a>,
+    keys: &RedlockKeys,
+) -> &'b mut ScriptInvocation<'a> {
     inv.key(&keys.lock)
         .key(&keys.fence)
         .key(&keys.wake)
         .key(&keys.waiting)
-        .arg(token)
-        .arg(ms(ttl))
-        .arg(ms_or_zero(wait))
-        .arg(ms(WAITING_SLACK))
-        .arg(proposal)
+}
+
+/// The last arguments of the two scripts that mint a fence: the proposal and the fence rule.
+fn minting_args(inv: &mut ScriptInvocation<'_>, proposal: u64, rule: FenceKeys) {
+    inv.arg(proposal)
         .arg(flag(rule.floor))
         .arg(ms(rule.retention));
-    inv
 }
 
 /// confirm.lua: raise the fence key to `fence` while the lock holds `token`. Replies 1 when it did.
@@ -259,14 +265,8 @@ pub(crate) fn force_release(
     rule: FenceKeys,
 ) -> ScriptInvocation<'static> {
     let mut inv = FORCE_RELEASE.prepare_invoke();
-    inv.key(&keys.lock)
-        .key(&keys.fence)
-        .key(&keys.wake)
-        .key(&keys.waiting)
-        .arg(ms(WAKE_LINGER))
-        .arg(proposal)
-        .arg(flag(rule.floor))
-        .arg(ms(rule.retention));
+    minting_keys(&mut inv, keys).arg(ms(WAKE_LINGER));
+    minting_args(&mut inv, proposal, rule);
     inv
 }
 
@@ -300,13 +300,7 @@ pub(crate) async fn pipeline<C: ConnectionLike>(
         load.query_async::<()>(con).await?;
         values = pipe.query_async(con).await?;
     }
-    Ok(values
-        .into_iter()
-        .map(|v| match v {
-            Value::ServerError(e) => Err(e.into()),
-            other => Ok(other),
-        })
-        .collect())
+    Ok(super::per_item(values))
 }
 
 /// Reads a 0/1 reply (confirm, renew, release, raise).
@@ -315,10 +309,6 @@ pub(crate) fn flag_reply(v: RedisResult<Value>) -> RedisResult<bool> {
     int(&v)
         .map(|n| n == 1)
         .ok_or_else(|| bad_reply("flag", "not 0 or 1"))
-}
-
-fn value_is_noscript(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
 #[cfg(test)]
@@ -343,13 +333,17 @@ mod tests {
         pipeline(con, &[inv]).await.unwrap().pop().unwrap().unwrap()
     }
 
-    async fn setup() -> (RedisServer, redis::aio::MultiplexedConnection, RedlockKeys) {
-        let srv = RedisServer::start().expect("start a private redis-server");
-        let con = redis::Client::open(srv.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
+    /// The fence key's value as stored on the master.
+    async fn stored_fence<C: ConnectionLike>(con: &mut C, k: &RedlockKeys) -> String {
+        redis::cmd("GET")
+            .arg(&k.fence)
+            .query_async(con)
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    async fn setup() -> (RedisServer, redis::aio::MultiplexedConnection, RedlockKeys) {
+        let (srv, con) = super::super::test_server().await;
         (srv, con, RedlockKeys::for_checked("t", "rl"))
     }
 
@@ -413,31 +407,19 @@ mod tests {
         one(&mut con, acquire(&k, "a", 30 * SEC, SEC, 10, NO_FLOOR)).await;
         // Not the holder: nothing written.
         assert!(!flag_reply(Ok(one(&mut con, confirm(&k, "x", 50, KEEP)).await)).unwrap());
-        let fence: String = redis::cmd("GET")
-            .arg(&k.fence)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let fence = stored_fence(&mut con, &k).await;
         assert_eq!(fence, "10");
         // The holder: raised, twice is once, a lower value leaves it.
         for _ in 0..2 {
             assert!(flag_reply(Ok(one(&mut con, confirm(&k, "a", 50, KEEP)).await)).unwrap());
         }
         assert!(flag_reply(Ok(one(&mut con, confirm(&k, "a", 20, KEEP)).await)).unwrap());
-        let fence: String = redis::cmd("GET")
-            .arg(&k.fence)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let fence = stored_fence(&mut con, &k).await;
         assert_eq!(fence, "50");
         // Released: a late confirm of the old holder writes nothing.
         assert!(flag_reply(Ok(one(&mut con, release(&k, "a")).await)).unwrap());
         assert!(!flag_reply(Ok(one(&mut con, confirm(&k, "a", 90, KEEP)).await)).unwrap());
-        let fence: String = redis::cmd("GET")
-            .arg(&k.fence)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let fence = stored_fence(&mut con, &k).await;
         assert_eq!(fence, "50");
     }
 
@@ -461,11 +443,7 @@ mod tests {
             assert!(flag_reply(Ok(one(&mut con, raise(&k, 100, KEEP)).await)).unwrap());
         }
         assert!(flag_reply(Ok(one(&mut con, raise(&k, 3, KEEP)).await)).unwrap());
-        let fence: String = redis::cmd("GET")
-            .arg(&k.fence)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let fence = stored_fence(&mut con, &k).await;
         assert_eq!(fence, "100");
     }
 

@@ -25,12 +25,7 @@ const SEC: Duration = Duration::from_secs(1);
 type Con = redis::aio::MultiplexedConnection;
 
 async fn setup() -> (RedisServer, Con, LeaseKeys) {
-    let srv = RedisServer::start().expect("start a private redis-server");
-    let con = redis::Client::open(srv.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let (srv, con) = test_server().await;
     (srv, con, LeaseKeys::new("t", "queue").unwrap())
 }
 

@@ -457,15 +457,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// effect of running it once. Left undone, a queue entry lapses after its liveness window and a
     /// lease after its TTL.
     async fn abandon(&self, req: &Request<'_>) -> Result<()> {
-        self.release(&[Held {
-            name: req.name,
-            token: req.token,
-            opts: req.opts,
-        }])
-        .await?
-        .pop()
-        .unwrap_or(Ok(false))
-        .map(drop)
+        let held = Held::new(req.name, req.token, req.opts);
+        self.release(&[held])
+            .await?
+            .pop()
+            .unwrap_or(Ok(false))
+            .map(drop)
     }
 
     /// Resets the TTL of each lease that still holds its token: per item `Ok(true)` renewed,

@@ -40,6 +40,7 @@ mod queue;
 mod redlock;
 mod renewal;
 mod replicas;
+mod replies;
 mod scripts;
 mod sentinel;
 mod server_time;
@@ -64,9 +65,10 @@ use tokio::time::Instant;
 use self::conn::{BlockingPool, Dedicated, Route, Shared};
 use self::errors::{redis_error, within};
 use self::keys::LeaseKeys;
-use self::scripts::{AcquireReply, Ask, Tuning};
+use self::replies::{ask, given_up, granted_ttl, ms_reply, permits_in_use};
+use self::scripts::{AcquireReply, Tuning};
 use self::server_time::ServerTime;
-use crate::error::{Error, LostReason, Phase, Result};
+use crate::error::{LostReason, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::clock::{ClockRate, ClockWatch};
 use crate::lease::metrics;
@@ -140,10 +142,6 @@ impl std::fmt::Debug for RedisStore {
             .field("round_trips", &self.round_trips.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
-}
-
-fn ms_reply(pttl_ms: i64) -> Option<Duration> {
-    u64::try_from(pttl_ms).ok().map(Duration::from_millis)
 }
 
 impl RedisStore {
@@ -290,38 +288,6 @@ impl RedisStore {
             fence: Fence::new(fence),
         })
     }
-}
-
-/// The TTL a taken lock has, as acquire.lua reported it (a lock set without expiry by someone else's
-/// hand counts as the TTL asked for).
-fn granted_ttl(ttl_ms: i64, req: &Request<'_>) -> Duration {
-    ms_reply(ttl_ms).unwrap_or(req.opts.ttl)
-}
-
-/// What the acquire scripts are asked for.
-fn ask(req: &Request<'_>) -> Ask {
-    Ask {
-        ttl: req.opts.ttl,
-        first_ttl: req.opts.handoff_ttl,
-        permits: req.opts.permits,
-    }
-}
-
-fn permits_in_use(req: &Request<'_>, in_use: u32) -> Error {
-    Error::PermitsInUse {
-        name: req.name.to_owned(),
-        asked: req.opts.permits,
-        in_use,
-    }
-}
-
-/// acquire.lua says the caller gave up on this token: it abandoned the request and then went on with
-/// it, which the client never does.
-fn given_up() -> Error {
-    redis_error(Phase::Acquire)(scripts::bad_reply(
-        "acquire",
-        "this acquire was already given up (abandoned); start a new one",
-    ))
 }
 
 impl StoreKind {

@@ -18,8 +18,9 @@ use tokio::time::Instant;
 
 use super::errors::{redis_error, within};
 use super::replicas::wait_cmd;
+use super::replies::{ask, given_up, granted_ttl, ms_reply, permits_in_use};
 use super::scripts::{self, AcquireReply, HandOver};
-use super::{ask, given_up, granted_ttl, keys, ms_reply, permits_in_use, RedisStore};
+use super::{keys, RedisStore};
 use crate::error::{Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::contract::{Attempt, Grant, Request};

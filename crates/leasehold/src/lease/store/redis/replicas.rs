@@ -15,8 +15,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::errors::{redis_error, within};
+use super::replies::{ask, given_up, granted_ttl, ms_reply, permits_in_use};
 use super::scripts::{self, AcquireReply};
-use super::{ask, given_up, granted_ttl, ms_reply, permits_in_use, RedisStore};
+use super::RedisStore;
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::contract::{Attempt, Grant, Request, Store};

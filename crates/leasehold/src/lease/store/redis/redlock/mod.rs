@@ -336,14 +336,10 @@ impl Store for RedlockStore {
     /// Releases anything the attempt took, and forgets where it was to block.
     async fn abandon(&self, req: &Request<'_>) -> Result<()> {
         self.take_wait(req.token);
-        self.release(&[Held {
-            name: req.name,
-            token: req.token,
-            opts: req.opts,
-        }])
-        .await?
-        .pop()
-        .unwrap_or(Ok(false))
+        crate::lease::store::only(
+            self.release(&[Held::new(req.name, req.token, req.opts)])
+                .await,
+        )
         .map(drop)
     }
 

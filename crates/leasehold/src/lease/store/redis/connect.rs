@@ -34,8 +34,9 @@ use super::changes::Feed;
 
 impl RedisStore {
     /// Connects (AUTH/ACL and TLS from the URL: `redis://user:pass@host:port/db`, `rediss://...`).
-    /// A malformed URL is [`Error::Invalid`]; an unreachable server, missing or wrong credentials are
-    /// [`Error::Store`] or [`Error::Timeout`] with [`Phase::Connect`] (the server is asked `PING`).
+    /// A malformed URL is [`Error::Invalid`]; missing or wrong credentials, or a user without a
+    /// command leasehold sends, are [`Error::Unauthorized`] naming the node; an unreachable server
+    /// is [`Error::Store`] or [`Error::Timeout`] with [`Phase::Connect`].
     pub(crate) async fn connect(url: &StoreUrl, settings: Settings) -> Result<Self> {
         let location = url.redacted().to_owned();
         let round_trips = Arc::new(AtomicU64::new(0));

@@ -339,17 +339,7 @@ struct Proc {
 /// Every process descended from `root` (not `root` itself), read from `/proc`.
 fn descendants(root: Pid) -> Vec<Proc> {
     let mut children: HashMap<i32, Vec<Proc>> = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in super::pids() {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue; // exited since the listing
         };

@@ -44,18 +44,8 @@ pub(crate) use protocol::{Order, Report, THREAD_CHURN_KNOB};
 /// `/proc/PID/environ`: the environment each started with, inherited by what it started.
 pub(crate) fn processes_marked(marks: &[String]) -> Vec<(Pid, Pid)> {
     let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mut found = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids() {
         if pid == me {
             continue;
         }
@@ -71,4 +61,13 @@ pub(crate) fn processes_marked(marks: &[String]) -> Vec<(Pid, Pid)> {
         }
     }
     found
+}
+
+/// The pids `/proc` lists now (none when it cannot be read); a process may exit right after.
+fn pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
 }

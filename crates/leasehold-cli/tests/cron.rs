@@ -206,11 +206,16 @@ fn a_daemon_killed_mid_run_is_followed_by_a_retry_on_another_in_the_same_slot(st
         "within the slot"
     );
     // The record follows the run's end (a loaded machine may take a while).
-    assert!(cli_support::eventually(Duration::from_secs(15), || {
-        history(store, &p, "report")
-            .first()
-            .is_some_and(|r| r["outcome"] == "done" && r["attempts"] == 2)
-    }));
+    assert!(
+        cli_support::eventually(Duration::from_secs(15), || {
+            history(store, &p, "report")
+                .first()
+                .is_some_and(|r| r["outcome"] == "done" && r["attempts"] == 2)
+        }),
+        "no done record of two attempts within 15 s; history: {:?}\nthe retrying daemon's log:\n{}",
+        history(store, &p, "report"),
+        other.log()
+    );
     assert_eq!(other.stop(Duration::from_secs(10)), Some(0));
 }
 

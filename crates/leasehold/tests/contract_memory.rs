@@ -7,14 +7,13 @@
 //! leases where every contender can reach them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::lease::store::contract_suite::Harness;
 use leasehold::lease::store::{
     async_trait, Attempt, ForcedRelease, Grant, Held, HolderInfo, LeaseInfo, Request, Settings,
-    Store, StoreKind, Turn,
+    Store, StoreKind, StoreMeta, Turn,
 };
 use leasehold::{Fence, LeaseClient, Result};
 use tokio::sync::Notify;
@@ -55,14 +54,15 @@ struct Shared {
 struct MemoryStore {
     shared: Arc<Shared>,
     prefix: String,
-    round_trips: AtomicU64,
+    /// Its kind, where it is, and the requests it answered.
+    meta: StoreMeta,
 }
 
 impl MemoryStore {
     const KIND: StoreKind = StoreKind::new("memory");
 
     fn with<T>(&self, name: &str, f: impl FnOnce(&mut Entry, Instant) -> T) -> T {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.meta.count(1);
         let mut names = self.shared.names.lock().unwrap_or_else(|e| e.into_inner());
         f(names.entry(self.key_of(name)).or_default(), Instant::now())
     }
@@ -83,16 +83,8 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    fn kind(&self) -> StoreKind {
-        Self::KIND
-    }
-
-    fn location(&self) -> &str {
-        "memory://"
-    }
-
-    fn round_trips(&self) -> u64 {
-        self.round_trips.load(Ordering::Relaxed)
+    fn meta(&self) -> &StoreMeta {
+        &self.meta
     }
 
     fn key_of(&self, name: &str) -> String {
@@ -185,7 +177,7 @@ impl Store for MemoryStore {
     }
 
     async fn list(&self, pattern: &str) -> Result<Vec<LeaseInfo>> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.meta.count(1);
         let names = self.shared.names.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         let mine = format!("{}:", self.prefix);
@@ -216,7 +208,7 @@ impl Harness for MemoryHarness {
                 Ok(MemoryStore {
                     shared,
                     prefix: settings.prefix,
-                    round_trips: AtomicU64::new(0),
+                    meta: StoreMeta::new(MemoryStore::KIND, "memory://"),
                 })
             })
             .await

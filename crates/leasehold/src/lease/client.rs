@@ -329,14 +329,7 @@ impl LeaseClient {
     pub fn builder(url: impl Into<String>) -> LeaseClientBuilder {
         LeaseClientBuilder {
             target: Target::One(url.into()),
-            settings: Settings {
-                prefix: "leasehold".to_owned(),
-                response_timeout: Duration::from_secs(2),
-                connect_timeout: Duration::from_secs(2),
-                tls_root_ca_pem: None,
-                retention: store::DEFAULT_RETENTION,
-                options: Default::default(),
-            },
+            settings: Settings::default(),
         }
     }
 

@@ -32,6 +32,7 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +71,54 @@ impl fmt::Display for StoreKind {
 impl serde::Serialize for StoreKind {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_str(self.0)
+    }
+}
+
+/// What a store says about itself whoever asks: its kind, where it is (secrets removed) and how many
+/// requests it sent. A store keeps one, returns it from [`Store::meta`], and counts each request it
+/// sends (a pipeline, a script, a batch: one round trip) with [`count`](Self::count); clones share
+/// the count, so a store's connections can each hold one.
+#[derive(Debug, Clone)]
+pub struct StoreMeta {
+    kind: StoreKind,
+    location: Arc<str>,
+    round_trips: Arc<AtomicU64>,
+}
+
+impl StoreMeta {
+    /// A store of `kind` at `location` (a URL without its password), no request sent yet.
+    pub fn new(kind: StoreKind, location: impl Into<Arc<str>>) -> Self {
+        StoreMeta {
+            kind,
+            location: location.into(),
+            round_trips: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Which kind of store it is.
+    pub fn kind(&self) -> StoreKind {
+        self.kind
+    }
+
+    /// Where it is, with secrets removed.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// Requests sent so far, by this value and every clone of it.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Counts `n` requests sent.
+    pub fn count(&self, n: u64) {
+        self.round_trips.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The shared count, for connection layers that count their own requests (the Redis family's).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn counter(&self) -> Arc<AtomicU64> {
+        self.round_trips.clone()
     }
 }
 
@@ -190,6 +239,21 @@ pub struct Settings {
     /// Options only one store reads (the Redis store's `RedisOptions`), as handed to
     /// [`LeaseClientBuilder::store_options`](crate::LeaseClientBuilder::store_options).
     pub options: StoreOptions,
+}
+
+impl Default for Settings {
+    /// What [`LeaseClient::builder`](crate::LeaseClient::builder) starts from: prefix `leasehold`,
+    /// 2 s to reply and to connect, the built-in TLS roots, a retention of an hour, no store options.
+    fn default() -> Self {
+        Settings {
+            prefix: "leasehold".to_owned(),
+            response_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            tls_root_ca_pem: None,
+            retention: DEFAULT_RETENTION,
+            options: StoreOptions::default(),
+        }
+    }
 }
 
 /// Options that only one store reads, one value per type, carried to every store unread by the rest
@@ -336,14 +400,23 @@ impl<'a> Held<'a> {
 /// [`Error`] with the phase that failed.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// Its kind, where it is and the requests it sent, the three questions below.
+    fn meta(&self) -> &StoreMeta;
+
     /// Which kind of store this is.
-    fn kind(&self) -> StoreKind;
+    fn kind(&self) -> StoreKind {
+        self.meta().kind()
+    }
 
     /// Where it is, with secrets removed (for messages and `Debug`).
-    fn location(&self) -> &str;
+    fn location(&self) -> &str {
+        self.meta().location()
+    }
 
     /// Requests sent so far (a pipeline or a script is one), for benchmarks and tests.
-    fn round_trips(&self) -> u64;
+    fn round_trips(&self) -> u64 {
+        self.meta().round_trips()
+    }
 
     /// Refuses a name this store cannot keep, before anything is sent. The same rule for every store
     /// unless a store needs a stricter one.

@@ -116,7 +116,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::lease::store::contract::DEFAULT_RETENTION;
 
     #[tokio::test]
     async fn an_unknown_scheme_names_the_known_ones_and_hides_the_password() {
@@ -124,9 +123,7 @@ mod tests {
             prefix: "t".into(),
             response_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
-            tls_root_ca_pem: None,
-            retention: DEFAULT_RETENTION,
-            options: Default::default(),
+            ..Settings::default()
         };
         let err = open(&["mongodb://u:secret@h/db".to_owned()], settings)
             .await

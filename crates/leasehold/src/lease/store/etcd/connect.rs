@@ -10,7 +10,6 @@ use std::time::Duration;
 use etcd_client::ConnectOptions;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use etcd_client::GetOptions;
@@ -21,7 +20,7 @@ use super::retention::RetentionLease;
 use super::{keys, prefix_end, EtcdStore};
 
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::contract::Settings;
+use crate::lease::store::contract::{Settings, StoreKind, StoreMeta};
 use crate::url::StoreUrl;
 
 /// What the URL says.
@@ -238,22 +237,20 @@ impl EtcdStore {
     /// port that is not etcd is an error now rather than at the first acquire.
     pub(crate) async fn connect(url: &StoreUrl, settings: Settings) -> Result<Self> {
         let target = parse(url)?;
-        let location: Arc<str> = url.redacted().into();
-        let members = Arc::new(members(&location, &target, &settings)?);
-        let round_trips = Arc::new(AtomicU64::new(0));
+        let meta = StoreMeta::new(StoreKind::ETCD, url.redacted());
+        let members = Arc::new(members(meta.location(), &target, &settings)?);
         let store = EtcdStore {
-            keepalives: Arc::new(KeepAlives::new(members.clone(), round_trips.clone())),
+            keepalives: Arc::new(KeepAlives::new(members.clone(), meta.clone())),
             members,
             prefix: settings.prefix.into(),
-            round_trips,
             response_timeout: settings.response_timeout,
             connect_timeout: settings.connect_timeout,
-            location,
+            meta,
             queued: Arc::new(Mutex::new(HashMap::new())),
             records: Arc::new(RetentionLease::new(settings.retention)),
         };
         store.probe().await?;
-        tracing::debug!(url = %store.location, prefix = %store.prefix, "etcd lease store connected");
+        tracing::debug!(url = %store.meta.location(), prefix = %store.prefix, "etcd lease store connected");
         Ok(store)
     }
 
@@ -269,7 +266,7 @@ impl EtcdStore {
         let asks = (0..self.members.len()).map(|i| {
             let (start, options) = (start.clone(), options.clone());
             async move {
-                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.meta.count(1);
                 let ask = async {
                     let mut client = self.members.client(i).await?;
                     client.get(start, Some(options)).await
@@ -285,7 +282,7 @@ impl EtcdStore {
             match answer {
                 Ok(Ok(_)) => answered = answered.or(Some(i)),
                 Ok(Err(e)) => {
-                    let e = connect_error(&self.location, endpoint, e);
+                    let e = connect_error(self.meta.location(), endpoint, e);
                     let wrong = matches!(e, Error::Invalid { .. });
                     if wrong || failure.is_none() {
                         failure = Some(e);

@@ -12,13 +12,14 @@
 //! each other on the one stream; a member forwards each renewal to the leader in turn, so a very large
 //! batch sent to a follower takes a round trip to the leader per lease.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use tokio::sync::Mutex;
 
 use super::members::Members;
+use crate::lease::store::contract::StoreMeta;
 
 /// The shared keep-alive stream.
 pub(super) struct KeepAlives {
@@ -30,8 +31,8 @@ pub(super) struct KeepAlives {
     /// The member of the stream opened last: the one to leave when a batch on it times out (the
     /// batch, cancelled, took the stream with it).
     last_member: AtomicUsize,
-    /// The store's request counter.
-    round_trips: Arc<AtomicU64>,
+    /// The store's request count.
+    meta: StoreMeta,
 }
 
 /// An open stream: the sender half (its lease id settable), the answers, and the member it is on.
@@ -49,12 +50,12 @@ fn is_not_found_on_open(e: &etcd_client::Error) -> bool {
 }
 
 impl KeepAlives {
-    pub(super) fn new(members: Arc<Members>, round_trips: Arc<AtomicU64>) -> Self {
+    pub(super) fn new(members: Arc<Members>, meta: StoreMeta) -> Self {
         KeepAlives {
             members,
             stream: Mutex::new(None),
             last_member: AtomicUsize::new(0),
-            round_trips,
+            meta,
         }
     }
 
@@ -76,7 +77,7 @@ impl KeepAlives {
                 let Some(&id) = ids.get(next) else {
                     return Ok(out);
                 };
-                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                self.meta.count(1);
                 let member = self.members.current();
                 self.last_member.store(member, Ordering::Relaxed);
                 let opened = match self.members.client(member).await {
@@ -99,7 +100,7 @@ impl KeepAlives {
         };
         let rest = &ids[next..];
         if !rest.is_empty() {
-            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.meta.count(1);
             let send = async {
                 for &id in rest {
                     keeper.id = id;

@@ -36,7 +36,6 @@ mod request;
 mod retention;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,7 +56,8 @@ use self::retention::RetentionLease;
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::contract::{
-    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, StoreMeta,
+    Turn,
 };
 
 /// Most names read in one transaction by `inspect` (two reads each; etcd allows 128 operations per
@@ -76,14 +76,13 @@ pub(crate) struct EtcdStore {
     keepalives: Arc<KeepAlives>,
     /// Keys are `<prefix>/{<name>}` and `<prefix>/{<name>}/<token>`.
     prefix: Arc<str>,
-    /// Requests sent (a batch of keep-alives is one).
-    round_trips: Arc<AtomicU64>,
     /// Bound on one request's reply.
     response_timeout: Duration,
     /// Bound on opening a connection.
     connect_timeout: Duration,
-    /// The URL without its password.
-    location: Arc<str>,
+    /// Its kind, the URL without its password, and the requests sent (a batch of keep-alives is
+    /// one).
+    meta: StoreMeta,
     /// Contenders of this client waiting in a queue, by token: what a later ask needs (their key's
     /// create revision) and what `abandon` must undo.
     queued: Arc<Mutex<HashMap<String, Queued>>>,
@@ -94,9 +93,9 @@ pub(crate) struct EtcdStore {
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("url", &self.location)
+            .field("url", &self.meta.location())
             .field("prefix", &self.prefix)
-            .field("round_trips", &self.round_trips.load(Ordering::Relaxed))
+            .field("round_trips", &self.meta.round_trips())
             .finish_non_exhaustive()
     }
 }
@@ -291,16 +290,8 @@ impl StoreKind {
 
 #[async_trait]
 impl Store for EtcdStore {
-    fn kind(&self) -> StoreKind {
-        StoreKind::ETCD
-    }
-
-    fn location(&self) -> &str {
-        &self.location
-    }
-
-    fn round_trips(&self) -> u64 {
-        self.round_trips.load(Ordering::Relaxed)
+    fn meta(&self) -> &StoreMeta {
+        &self.meta
     }
 
     fn queues_waiters(&self) -> bool {

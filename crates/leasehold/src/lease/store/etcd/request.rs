@@ -11,7 +11,6 @@
 //! executed); its caller hears the failure and decides.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use etcd_client::{
@@ -42,7 +41,7 @@ impl EtcdStore {
         let mut refused = None;
         for _ in 0..self.members.len() {
             let i = self.members.current();
-            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.meta.count(1);
             let attempt = async {
                 let client = self.members.client(i).await?;
                 op(client).await

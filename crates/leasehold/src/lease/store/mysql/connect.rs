@@ -15,7 +15,6 @@
 //! sent on it.
 
 use std::str::FromStr;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use super::errors::{classify, missing_table};
 use super::wake::Wake;
 use super::{sweep, Core, MySqlStore, MAX_KEY_LEN};
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::contract::Settings;
+use crate::lease::store::contract::{Settings, StoreKind, StoreMeta};
 use crate::url::StoreUrl;
 
 /// Statement connections per client: calls are short, so a few serve many leases.
@@ -108,8 +107,7 @@ pub(super) async fn connect(url: &StoreUrl, settings: Settings) -> Result<MySqlS
             prefix: settings.prefix.into(),
             response_timeout,
             connect_timeout,
-            location,
-            round_trips: AtomicU64::new(0),
+            meta: StoreMeta::new(StoreKind::MYSQL, location),
         }),
         sweeper,
     })

@@ -24,7 +24,6 @@ mod inspect;
 mod sweep;
 mod wake;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +38,7 @@ use self::wake::{lock_name, Wake};
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::contract::{
-    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind,
+    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Settings, Store, StoreKind, StoreMeta,
 };
 
 /// The table the leases live in, for messages and status output.
@@ -68,16 +67,14 @@ struct Core {
     response_timeout: Duration,
     /// Bound on opening a connection.
     connect_timeout: Duration,
-    /// The URL without its password.
-    location: Arc<str>,
-    /// Statements sent, for benchmarks and tests.
-    round_trips: AtomicU64,
+    /// Its kind, the URL without its password, and the statements sent.
+    meta: StoreMeta,
 }
 
 impl std::fmt::Debug for MySqlStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MySqlStore")
-            .field("url", &self.core.location)
+            .field("url", &self.core.meta.location())
             .field("prefix", &self.core.prefix)
             .finish_non_exhaustive()
     }
@@ -203,13 +200,13 @@ impl Core {
     ) -> Result<T> {
         let attempt = async {
             let mut conn = self.pool.acquire().await?;
-            self.round_trips.fetch_add(statements, Ordering::Relaxed);
+            self.meta.count(statements);
             match call(&mut conn).await {
                 Err(e) if is_stale_connection(&e) => {
                     conn.detach();
                     tracing::debug!(error = %e, "a pooled connection was dead; retrying on a new one");
                     let mut conn = self.pool.acquire().await?;
-                    self.round_trips.fetch_add(statements, Ordering::Relaxed);
+                    self.meta.count(statements);
                     call(&mut conn).await
                 }
                 other => other,
@@ -222,7 +219,7 @@ impl Core {
                     phase,
                     after: self.connect_timeout,
                 },
-                e => classify(phase, &self.location)(e),
+                e => classify(phase, self.meta.location())(e),
             }),
             Err(_) => Err(Error::Timeout {
                 phase,
@@ -417,16 +414,8 @@ impl StoreKind {
 
 #[async_trait]
 impl Store for MySqlStore {
-    fn kind(&self) -> StoreKind {
-        StoreKind::MYSQL
-    }
-
-    fn location(&self) -> &str {
-        &self.core.location
-    }
-
-    fn round_trips(&self) -> u64 {
-        self.core.round_trips.load(Ordering::Relaxed)
+    fn meta(&self) -> &StoreMeta {
+        &self.core.meta
     }
 
     fn check_name(&self, name: &str) -> Result<()> {

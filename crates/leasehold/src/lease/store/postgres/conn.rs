@@ -17,7 +17,6 @@
 //! found out by the call that uses it; [`Conns::is_stale`] tells the caller it may retry once on a
 //! fresh connection, which every lease statement allows (each has the same effect run twice).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +24,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+
+use crate::lease::store::contract::StoreMeta;
 
 /// Connections open at once per store, busy or idle. A lease client sends one statement per call and
 /// batches renewals, so a few suffice; the bound keeps many clients from exhausting the server's
@@ -45,15 +46,15 @@ pub(super) struct Conns {
     idle: Mutex<Vec<(PgConnection, Instant)>>,
     /// One permit per connection in use or idle-to-be: at most [`MAX_CONNECTIONS`] open at once.
     permits: Arc<Semaphore>,
-    /// Statements sent and connections opened, for benchmarks and tests.
-    round_trips: Arc<AtomicU64>,
+    /// The store's count of statements sent and connections opened.
+    meta: StoreMeta,
 }
 
 impl std::fmt::Debug for Conns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conns")
             .field("idle", &self.idle.lock().map(|v| v.len()).unwrap_or(0))
-            .field("round_trips", &self.round_trips.load(Ordering::Relaxed))
+            .field("round_trips", &self.meta.round_trips())
             .finish_non_exhaustive()
     }
 }
@@ -71,7 +72,7 @@ pub(super) struct Lent<'a> {
 impl Lent<'_> {
     /// The connection, counting one round trip for the statement about to be sent on it.
     pub(super) fn for_statement(&mut self) -> &mut PgConnection {
-        self.home.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.home.meta.count(1);
         self.conn
             .as_mut()
             .expect("a lent connection is present until done")
@@ -87,19 +88,18 @@ impl Lent<'_> {
 }
 
 impl Conns {
-    pub(super) fn new(options: PgConnectOptions, connect_timeout: Duration) -> Self {
+    pub(super) fn new(
+        options: PgConnectOptions,
+        connect_timeout: Duration,
+        meta: StoreMeta,
+    ) -> Self {
         Conns {
             options,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
-            round_trips: Arc::new(AtomicU64::new(0)),
+            meta,
         }
-    }
-
-    /// Statements sent and connections opened so far.
-    pub(super) fn round_trips(&self) -> u64 {
-        self.round_trips.load(Ordering::Relaxed)
     }
 
     /// A connection: an idle one if there is one fresh enough, else a new one. Waits for a permit
@@ -139,7 +139,7 @@ impl Conns {
 
     /// Opens one connection, within the connect timeout.
     pub(super) async fn open(&self) -> Result<PgConnection, sqlx::Error> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.meta.count(1);
         match tokio::time::timeout(
             self.connect_timeout,
             PgConnection::connect_with(&self.options),

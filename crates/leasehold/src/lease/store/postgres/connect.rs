@@ -22,7 +22,7 @@ use super::errors::{missing_tables, pg_error};
 use super::listen::Listener;
 use super::{statements, sweep, Core, PostgresStore, MAX_PREFIX_LEN};
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::contract::Settings;
+use crate::lease::store::contract::{Settings, StoreKind, StoreMeta};
 use crate::url::StoreUrl;
 
 impl PostgresStore {
@@ -35,15 +35,16 @@ impl PostgresStore {
     /// schema, nor change it as a side effect of a job starting; `leasehold migrate` (or
     /// `Database::migrate()`) does, once.
     pub(crate) async fn connect(url: &StoreUrl, settings: Settings) -> Result<Self> {
-        let location: Arc<str> = url.redacted().into();
-        let options = options(url, &settings, &location)?;
+        let meta = StoreMeta::new(StoreKind::POSTGRES, url.redacted());
+        let location = meta.location();
+        let options = options(url, &settings, location)?;
         let (connect_timeout, response_timeout) =
             (settings.connect_timeout, settings.response_timeout);
-        let conns = Conns::new(options.clone(), connect_timeout);
+        let conns = Conns::new(options.clone(), connect_timeout, meta.clone());
 
         // Fail fast and clearly on an unreachable server, bad credentials or a database that was
         // never migrated; the connection then serves the first call.
-        let conn = check_schema(&conns, &location, connect_timeout, response_timeout).await?;
+        let conn = check_schema(&conns, location, connect_timeout, response_timeout).await?;
         conns.put(conn);
 
         let prefix: Arc<str> = settings.prefix.into();
@@ -63,7 +64,7 @@ impl PostgresStore {
                 prefix,
                 response_timeout,
                 connect_timeout,
-                location,
+                meta: meta.clone(),
             }),
             sweeper,
         })

@@ -43,7 +43,8 @@ use self::listen::Listener;
 use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::store::contract::{
-    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, StoreMeta,
+    Turn,
 };
 
 /// The table the leases live in, for messages and status output.
@@ -77,14 +78,14 @@ struct Core {
     response_timeout: Duration,
     /// Bound on opening a connection.
     connect_timeout: Duration,
-    /// The URL without its password.
-    location: Arc<str>,
+    /// Its kind, the URL without its password, and the statements sent (counted by `conns`).
+    meta: StoreMeta,
 }
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
-            .field("url", &self.core.location)
+            .field("url", &self.core.meta.location())
             .field("prefix", &self.core.prefix)
             .field("conns", &self.core.conns)
             .finish_non_exhaustive()
@@ -171,7 +172,7 @@ impl Core {
                     phase,
                     after: self.connect_timeout,
                 },
-                e => pg_error(phase, &self.location)(e),
+                e => pg_error(phase, self.meta.location())(e),
             }),
             Err(_) => Err(Error::Timeout {
                 phase,
@@ -239,16 +240,8 @@ impl StoreKind {
 
 #[async_trait]
 impl Store for PostgresStore {
-    fn kind(&self) -> StoreKind {
-        StoreKind::POSTGRES
-    }
-
-    fn location(&self) -> &str {
-        &self.core.location
-    }
-
-    fn round_trips(&self) -> u64 {
-        self.core.conns.round_trips()
+    fn meta(&self) -> &StoreMeta {
+        &self.core.meta
     }
 
     fn key_of(&self, name: &str) -> String {

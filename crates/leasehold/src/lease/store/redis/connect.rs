@@ -13,7 +13,7 @@
 //! by the watch kept on it. What a topology's own files check beyond this (a Sentinel's answers, a
 //! cluster's slot map) is theirs.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use redis::aio::MultiplexedConnection;
@@ -27,7 +27,7 @@ use super::sentinel::SentinelConn;
 use super::topology::{self, Topology};
 use super::{health, standalone, RedisStore};
 use crate::error::{Phase, Result};
-use crate::lease::store::contract::Settings;
+use crate::lease::store::contract::{Settings, StoreKind, StoreMeta};
 use crate::url::StoreUrl;
 
 use super::changes::Feed;
@@ -38,8 +38,8 @@ impl RedisStore {
     /// command leasehold sends, are [`Error::Unauthorized`] naming the node; an unreachable server
     /// is [`Error::Store`] or [`Error::Timeout`] with [`Phase::Connect`].
     pub(crate) async fn connect(url: &StoreUrl, settings: Settings) -> Result<Self> {
-        let location = url.redacted().to_owned();
-        let round_trips = Arc::new(AtomicU64::new(0));
+        let meta = StoreMeta::new(StoreKind::REDIS, url.redacted());
+        let (location, round_trips) = (meta.location(), meta.counter());
         let (connect_timeout, response_timeout, retention) = (
             settings.connect_timeout,
             settings.response_timeout,
@@ -47,7 +47,7 @@ impl RedisStore {
         );
         let topology = topology::parse(url, settings.tls_root_ca_pem.as_deref())?;
         if url.scheme().starts_with("rediss") {
-            super::node::prepare_tls(&location)?;
+            super::node::prepare_tls(location)?;
         }
         let one_clock = matches!(topology, Topology::Standalone);
         let cluster = matches!(topology, Topology::Cluster(_));
@@ -78,27 +78,26 @@ impl RedisStore {
             },
             blocking,
             prefix: settings.prefix.into(),
-            round_trips,
             response_timeout,
             connect_timeout,
             tuning: Tuning {
                 cluster,
                 ..Tuning::with_retention(retention)
             },
-            location: location.into(),
             allow_eviction,
             watch: Arc::default(),
             clock: one_clock.then(Arc::default),
             server_time: Arc::default(),
             feed,
             contended: Arc::default(),
+            meta: meta.clone(),
         };
         // Every data node is asked, before anything is run, whether the user may run every command
         // leasehold sends, so that a missing one refuses now rather than at the release.
         store
             .check_acl(deployment)
             .await
-            .map_err(errors::unauthorized_at(&store.location))?;
+            .map_err(errors::unauthorized_at(store.meta.location()))?;
         if let Some(probe) = first_dedicated {
             store.load_scripts(probe).await?;
         }
@@ -107,7 +106,7 @@ impl RedisStore {
         let looked = store
             .look_at_nodes(Phase::Connect)
             .await
-            .map_err(errors::unauthorized_at(&store.location))?;
+            .map_err(errors::unauthorized_at(store.meta.location()))?;
         for (node, facts) in &looked {
             health::check(node, facts, store.allow_eviction)?;
         }
@@ -120,7 +119,7 @@ impl RedisStore {
         let nodes = within(
             Phase::Connect,
             self.limit(),
-            self.shared.masters_named(&self.location),
+            self.shared.masters_named(self.meta.location()),
         )
         .await?;
         for (node, mut con) in nodes {
@@ -146,7 +145,7 @@ impl RedisStore {
             scripts::load_all(&mut probe),
         )
         .await?;
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.meta.count(1);
         self.blocking.put_idle(String::new(), probe);
         Ok(())
     }

@@ -55,7 +55,6 @@ pub use queue::stale_grant;
 #[doc(hidden)]
 pub use scripts::sources as script_sources;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,7 +72,8 @@ use crate::fence::Fence;
 use crate::lease::clock::{ClockRate, ClockWatch};
 use crate::lease::metrics;
 use crate::lease::store::contract::{
-    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+    Attempt, Changes, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, StoreMeta,
+    Turn,
 };
 
 /// Most scripts sent in one pipeline; a larger batch goes out as several pipelines in a row, so the
@@ -90,16 +90,12 @@ pub(crate) struct RedisStore {
     blocking: Arc<BlockingPool>,
     /// Key prefix: keys are `{<prefix>:<name>}:lock` etc.
     prefix: Arc<str>,
-    /// Requests sent (shared with `shared` and `blocking`).
-    round_trips: Arc<AtomicU64>,
     /// Bound on one request's reply; also the base of every call's overall bound.
     response_timeout: Duration,
     /// Bound on opening a connection.
     connect_timeout: Duration,
     /// The queue protocol's timings and the fence retention.
     tuning: Tuning,
-    /// The URL without its password.
-    location: Arc<str>,
     /// A Redis that may evict lease keys is accepted (`RedisOptions::allow_eviction`).
     allow_eviction: bool,
     /// What the last look at the data nodes found (policy, evicted keys), kept between looks.
@@ -116,6 +112,9 @@ pub(crate) struct RedisStore {
     feed: Arc<changes::Feed>,
     /// Names this client last found busy: a waiting acquire on one joins the queue at once.
     contended: Arc<contended::Contended>,
+    /// Its kind, the URL without its password, and the requests sent (counted by `shared`,
+    /// `blocking` and `feed` too).
+    meta: StoreMeta,
 }
 
 /// Opens the Redis family's store for `urls`: one URL is one server, a Sentinel-watched primary or a
@@ -137,9 +136,9 @@ pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(5);
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("url", &self.location)
+            .field("url", &self.meta.location())
             .field("prefix", &self.prefix)
-            .field("round_trips", &self.round_trips.load(Ordering::Relaxed))
+            .field("round_trips", &self.meta.round_trips())
             .finish_non_exhaustive()
     }
 }
@@ -204,7 +203,7 @@ impl RedisStore {
         let nodes = within(
             phase,
             self.limit(),
-            self.shared.masters_named(&self.location),
+            self.shared.masters_named(self.meta.location()),
         )
         .await?;
         let mut out = Vec::with_capacity(nodes.len());
@@ -301,16 +300,8 @@ impl StoreKind {
 
 #[async_trait]
 impl Store for RedisStore {
-    fn kind(&self) -> StoreKind {
-        StoreKind::REDIS
-    }
-
-    fn location(&self) -> &str {
-        &self.location
-    }
-
-    fn round_trips(&self) -> u64 {
-        self.round_trips.load(Ordering::Relaxed)
+    fn meta(&self) -> &StoreMeta {
+        &self.meta
     }
 
     fn queues_waiters(&self) -> bool {

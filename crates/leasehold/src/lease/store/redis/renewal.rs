@@ -200,9 +200,7 @@ pub(crate) mod tests {
             prefix: "t".into(),
             response_timeout: SEC,
             connect_timeout: SEC,
-            tls_root_ca_pem: None,
-            retention: crate::lease::store::contract::DEFAULT_RETENTION,
-            options: Default::default(),
+            ..Settings::default()
         };
         let store =
             RedisStore::connect(&crate::url::StoreUrl::parse(&srv.url()).unwrap(), settings)

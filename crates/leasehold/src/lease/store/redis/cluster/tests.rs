@@ -39,9 +39,7 @@ fn settings() -> Settings {
         prefix: "t".into(),
         response_timeout: SEC,
         connect_timeout: SEC,
-        tls_root_ca_pem: None,
-        retention: crate::lease::store::contract::DEFAULT_RETENTION,
-        options: Default::default(),
+        ..Settings::default()
     }
 }
 

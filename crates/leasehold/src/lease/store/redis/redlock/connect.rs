@@ -15,7 +15,7 @@ use super::node::{self, Node};
 use super::quorum::majority;
 use super::{FenceRule, Inner, RedlockStore};
 use crate::error::{Error, Phase, Result};
-use crate::lease::store::contract::Settings;
+use crate::lease::store::contract::{Settings, StoreKind, StoreMeta};
 use crate::lease::store::redis::acl::{self, Deployment};
 use crate::lease::store::redis::errors::Failure;
 use crate::url::StoreUrl;
@@ -38,9 +38,10 @@ impl RedlockStore {
         let allow_eviction = crate::lease::store::redis::RedisOptions::of(&settings).allow_eviction;
         let shown: Vec<&str> = urls.iter().map(StoreUrl::redacted).collect();
         check_masters(urls, &shown)?;
+        let meta = StoreMeta::new(StoreKind::REDLOCK, format!("redlock {}", shown.join(" ")));
         let nodes = urls
             .iter()
-            .map(|u| Node::new(u, &settings))
+            .map(|u| Node::new(u, &settings, meta.counter()))
             .collect::<Result<Vec<_>>>()?;
         let limit = settings.connect_timeout * 2 + settings.response_timeout;
         let ids =
@@ -71,8 +72,7 @@ impl RedlockStore {
                 nodes[i].location.to_string(),
             )
         });
-        let location = format!("redlock {}", shown.join(" "));
-        tracing::debug!(masters = %location, prefix = %settings.prefix, "redlock lease store connected");
+        tracing::debug!(masters = %meta.location(), prefix = %settings.prefix, "redlock lease store connected");
         Ok(RedlockStore {
             inner: Arc::new(Inner {
                 nodes,
@@ -83,7 +83,7 @@ impl RedlockStore {
                 prefix: settings.prefix.into(),
                 response_timeout: settings.response_timeout,
                 retention: settings.retention,
-                location,
+                meta,
                 rule,
             }),
         })

@@ -53,7 +53,7 @@ use crate::error::{Error, Phase, Result};
 use crate::fence::Fence;
 use crate::lease::metrics;
 use crate::lease::store::contract::{
-    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, Turn,
+    Attempt, ForcedRelease, Grant, Held, LeaseInfo, Request, Store, StoreKind, StoreMeta, Turn,
 };
 
 /// How far ahead of the client's wall clock its fence proposal runs, so that it normally exceeds the
@@ -123,8 +123,9 @@ struct Inner {
     response_timeout: Duration,
     /// How long a fence key outlives its last write.
     retention: Duration,
-    /// Every master's URL without its password.
-    location: String,
+    /// Its kind, every master's URL without its password, and the requests sent to all masters
+    /// together (one per master per step), counted by the masters' connections.
+    meta: StoreMeta,
     /// The fence rule (always the protocol outside tests).
     rule: FenceRule,
 }
@@ -166,8 +167,8 @@ impl StoreKind {
 
 #[async_trait]
 impl Store for RedlockStore {
-    fn kind(&self) -> StoreKind {
-        StoreKind::REDLOCK
+    fn meta(&self) -> &StoreMeta {
+        &self.inner.meta
     }
 
     fn look_every(&self) -> Option<Duration> {
@@ -208,15 +209,6 @@ impl Store for RedlockStore {
         } else {
             LostReason::NotOurs
         }
-    }
-
-    fn location(&self) -> &str {
-        &self.inner.location
-    }
-
-    /// Requests sent to all masters together (one request per master per step).
-    fn round_trips(&self) -> u64 {
-        self.inner.nodes.iter().map(Node::round_trips).sum()
     }
 
     /// The fence's key and the wake list's, on every master.

@@ -63,8 +63,6 @@ pub(crate) struct Node {
     shared: Shared,
     /// Dedicated connections for `BLPOP`.
     blocking: BlockingPool,
-    /// Requests sent to this master.
-    count: Arc<AtomicU64>,
     /// Ready, pending its first check, or refused.
     standing: Mutex<Standing>,
     /// The run id seen by the last successful check.
@@ -78,7 +76,6 @@ impl std::fmt::Debug for Node {
         f.debug_struct("Node")
             .field("url", &self.location)
             .field("run_id", &self.run_id())
-            .field("round_trips", &self.count.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -110,10 +107,9 @@ fn client(url: &StoreUrl, tls_root_ca_pem: Option<&[u8]>) -> Result<redis::Clien
 impl Node {
     /// A master for `url`, not yet contacted: its connection opens on first use. Only the URL is
     /// checked here.
-    pub(crate) fn new(url: &StoreUrl, settings: &Settings) -> Result<Node> {
+    pub(crate) fn new(url: &StoreUrl, settings: &Settings, count: Arc<AtomicU64>) -> Result<Node> {
         let location: Arc<str> = url.redacted().into();
         let client = client(url, settings.tls_root_ca_pem.as_deref())?;
-        let count = Arc::new(AtomicU64::new(0));
         let manager =
             ConnectionManager::new_lazy_with_config(client.clone(), manager_config(settings))
                 .map_err(|e| {
@@ -133,9 +129,8 @@ impl Node {
                     client: Box::new(client),
                 },
                 settings.connect_timeout,
-                count.clone(),
+                count,
             ),
-            count,
             standing: Mutex::new(Standing::Pending {
                 checking: false,
                 last: None,
@@ -143,11 +138,6 @@ impl Node {
             run_id: Mutex::new(None),
             up: AtomicBool::new(false),
         })
-    }
-
-    /// Requests sent to this master so far.
-    pub(crate) fn round_trips(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
     }
 
     /// The run id of the last successful check.

@@ -66,9 +66,7 @@ impl Masters {
                 prefix: prefix.to_owned(),
                 response_timeout: ms(300),
                 connect_timeout: ms(300),
-                tls_root_ca_pem: None,
-                retention: crate::lease::store::contract::DEFAULT_RETENTION,
-                options: Default::default(),
+                ..Settings::default()
             },
             rule,
         )

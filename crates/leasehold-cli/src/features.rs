@@ -6,64 +6,51 @@
 
 use crate::exit;
 
-/// A URL scheme (without `://`) and the features that must be on for it: the store's, and `tls` for
-/// a TLS scheme.
-const SCHEMES: &[(&str, &str, &[&str])] = &[
-    ("redis", "Redis", &["redis"]),
-    ("redis-sentinel", "Redis Sentinel", &["redis"]),
-    ("redis-cluster", "Redis Cluster", &["redis"]),
-    ("rediss", "Redis over TLS", &["redis", "tls"]),
-    (
-        "rediss-sentinel",
-        "Redis Sentinel over TLS",
-        &["redis", "tls"],
-    ),
-    (
-        "rediss-cluster",
-        "Redis Cluster over TLS",
-        &["redis", "tls"],
-    ),
-    ("postgres", "PostgreSQL", &["postgres"]),
-    ("postgresql", "PostgreSQL", &["postgres"]),
-    ("mysql", "MySQL", &["mysql"]),
-    ("mariadb", "MariaDB", &["mysql"]),
-    ("etcd", "etcd", &["etcd"]),
-    ("etcds", "etcd over TLS", &["etcd"]),
-    ("sqlite", "SQLite", &["sqlite"]),
-];
-
-/// Whether this build has `feature` (one of the crate's store features).
-// Each arm's value is the build's: in a build with every feature clippy sees `matches!`.
-#[allow(clippy::match_like_matches_macro)]
+/// Whether this build has `feature`: one of the library's (a store's, or `tls`, which the command's
+/// features of the same names turn on) or the command's own `lab`.
 pub(crate) fn built_with(feature: &str) -> bool {
     match feature {
-        "redis" => cfg!(feature = "redis"),
-        "tls" => cfg!(feature = "tls"),
-        "postgres" => cfg!(feature = "postgres"),
-        "mysql" => cfg!(feature = "mysql"),
-        "sqlite" => cfg!(feature = "sqlite"),
-        "etcd" => cfg!(feature = "etcd"),
         "lab" => cfg!(feature = "lab"),
-        _ => false,
+        library => leasehold::lease::store::built_with(library),
     }
 }
 
 /// The features `url`'s scheme needs that this build lacks, with the store's name; `None` when it
-/// has them all, or when no feature knows the scheme (the library refuses it then).
+/// has them all, or when no feature knows the scheme (the library refuses it then). The schemes are
+/// the library's one table, [`KNOWN_SCHEMES`](leasehold::lease::store::KNOWN_SCHEMES).
 pub(crate) fn missing_for(url: &str) -> Option<(&'static str, Vec<&'static str>)> {
     let scheme = url.trim().split_once(':')?.0.to_ascii_lowercase();
-    let (_, store, needs) = SCHEMES.iter().find(|(s, _, _)| *s == scheme)?;
-    let missing: Vec<&str> = needs.iter().copied().filter(|f| !built_with(f)).collect();
-    (!missing.is_empty()).then_some((*store, missing))
+    let known = leasehold::lease::store::KNOWN_SCHEMES
+        .iter()
+        .find(|s| s.name == scheme)?;
+    let missing: Vec<&str> = known
+        .features
+        .iter()
+        .copied()
+        .filter(|f| !built_with(f))
+        .collect();
+    (!missing.is_empty()).then_some((known.label, missing))
 }
 
-/// The store features and `lab` this build has.
-const ALL: &[&str] = &["redis", "tls", "postgres", "mysql", "sqlite", "etcd", "lab"];
+/// The store features and `lab`, in the order of the library's table.
+fn all() -> Vec<&'static str> {
+    let mut all: Vec<&str> = Vec::new();
+    for f in leasehold::lease::store::KNOWN_SCHEMES
+        .iter()
+        .flat_map(|s| s.features.iter().copied())
+        .chain(["lab"])
+    {
+        if !all.contains(&f) {
+            all.push(f);
+        }
+    }
+    all
+}
 
 /// How to get a build with `features` too, for the end of a message: this build's features and
 /// those, or the default build.
 pub(crate) fn install_hint(features: &[&str]) -> String {
-    let mut wanted: Vec<&str> = ALL.iter().copied().filter(|f| built_with(f)).collect();
+    let mut wanted: Vec<&str> = all().into_iter().filter(|f| built_with(f)).collect();
     for f in features {
         if !wanted.contains(f) {
             wanted.push(f);

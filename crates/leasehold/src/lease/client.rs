@@ -131,7 +131,7 @@ impl LeaseClientBuilder {
 
     /// Opens the store the URL names (`redis://`, `rediss://`, `redis-sentinel://`,
     /// `redis-cluster://`, `postgres://`, with the `etcd` feature `etcd://`, `etcds://`; see
-    /// [`SCHEMES`](crate::lease::SCHEMES) for what this build knows) and spawns the client's renewal
+    /// [`lease_schemes`](crate::lease::lease_schemes) for what this build knows) and spawns the client's renewal
     /// task. Call it inside a Tokio runtime: the task lives as long as the client or any of its
     /// leases.
     ///
@@ -324,7 +324,7 @@ impl LeaseClient {
     /// `postgres://user[:password]@host[:port]/database` (a database where
     /// [`Database::migrate`](crate::db::Database::migrate) ran); `etcd://[user:password@]host:port[,host:port…]`
     /// and `etcds://…` (with the `etcd` feature); and whatever else
-    /// [`SCHEMES`](crate::lease::SCHEMES) lists. `docs/topologies.md` says what a lease promises in
+    /// [`lease_schemes`](crate::lease::lease_schemes) lists. `docs/topologies.md` says what a lease promises in
     /// each Redis topology.
     pub fn builder(url: impl Into<String>) -> LeaseClientBuilder {
         LeaseClientBuilder {

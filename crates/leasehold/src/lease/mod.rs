@@ -88,4 +88,4 @@ pub use names::{check_name, check_pattern, check_prefix, MAX_NAME_LEN};
 pub use options::{LeaseOptions, LeaseOptionsBuilder, ReplicaPolicy};
 pub use signal::{HealthWatch, LeaseHealth, LostSignal, Stop, SuspectReason};
 pub use state::HOLDER_EVENTS;
-pub use store::{ForcedRelease, HolderInfo, LeaseInfo, StoreKind, SCHEMES};
+pub use store::{lease_schemes, ForcedRelease, HolderInfo, LeaseInfo, StoreKind};

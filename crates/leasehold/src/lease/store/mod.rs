@@ -35,7 +35,7 @@ pub mod redis;
 pub use crate::lease::clock::ClockRate;
 pub use contract::*;
 pub(crate) use registry::open;
-pub use registry::SCHEMES;
+pub use registry::{built_with, lease_schemes, Scheme, KNOWN_SCHEMES};
 
 /// A [`Request`] that owns its parts, for a task that outlives the caller's borrow (an abandon
 /// sent in the background, an acquire run in a task of its own).

@@ -1,10 +1,11 @@
 //! The registry: which store a URL opens. The one file that names every store compiled in (besides
-//! the `mod` lines in `store/mod.rs`); adding a store is a folder beside the others plus a line in each
-//! table here (`SCHEMES`, `open`).
+//! the `mod` lines in `store/mod.rs`); adding a store is a folder beside the others plus its rows in
+//! [`KNOWN_SCHEMES`], its feature in [`built_with`] and its arm in `open`, all here. The command's
+//! feature checks read the same table.
 //!
 //! Promise: every URL is parsed once, here, and handed to its store as read; one URL opens the
 //! store its scheme names, several open a Redlock; a malformed URL, an unknown scheme (naming the
-//! schemes this build knows, [`SCHEMES`]) or a store left out of the build is refused with
+//! schemes this build knows, [`lease_schemes`]) or a store left out of the build is refused with
 //! [`Error::Invalid`](crate::Error::Invalid) before anything is sent.
 //!
 //! Limit: a scheme picks a store; whether the server at the URL is really that store is for the
@@ -16,33 +17,98 @@ use super::contract::{Settings, Store};
 use crate::error::{Error, Result};
 use crate::url::StoreUrl;
 
-/// URL schemes this build can open, for the message that refuses any other.
-pub const SCHEMES: &[&str] = &[
-    #[cfg(feature = "redis")]
-    "redis://",
-    #[cfg(feature = "redis")]
-    "rediss://",
-    #[cfg(feature = "redis")]
-    "redis-sentinel://",
-    #[cfg(feature = "redis")]
-    "rediss-sentinel://",
-    #[cfg(feature = "redis")]
-    "redis-cluster://",
-    #[cfg(feature = "redis")]
-    "rediss-cluster://",
-    #[cfg(feature = "etcd")]
-    "etcd://",
-    #[cfg(feature = "etcd")]
-    "etcds://",
-    #[cfg(feature = "postgres")]
-    "postgres://",
-    #[cfg(feature = "postgres")]
-    "postgresql://",
-    #[cfg(feature = "mysql")]
-    "mysql://",
-    #[cfg(feature = "mysql")]
-    "mariadb://",
+/// A URL scheme leasehold knows, whether or not this build has the store behind it: what a
+/// command line or a configuration checks a URL against before anything is opened, and what a
+/// message names when a build leaves the store out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Scheme {
+    /// The scheme, without `://` (`rediss-cluster`).
+    pub name: &'static str,
+    /// What it names, for messages (`Redis Cluster over TLS`).
+    pub label: &'static str,
+    /// The library's cargo features it needs: the store's, and `tls` for a TLS scheme of Redis.
+    pub features: &'static [&'static str],
+    /// Whether leases can be kept there (SQLite's scheme names a database for the SQL guards only).
+    pub leases: bool,
+}
+
+impl Scheme {
+    const fn lease(
+        name: &'static str,
+        label: &'static str,
+        features: &'static [&'static str],
+    ) -> Self {
+        Scheme {
+            name,
+            label,
+            features,
+            leases: true,
+        }
+    }
+
+    /// Whether this build has every feature it needs.
+    pub fn built(&self) -> bool {
+        self.features.iter().all(|f| built_with(f))
+    }
+}
+
+/// Every scheme leasehold knows, one row per scheme: the one list the registry, the command's
+/// feature checks and the messages read. A store adds its rows here, its arm to [`built_with`] and
+/// its arm to `open`.
+pub const KNOWN_SCHEMES: &[Scheme] = &[
+    Scheme::lease("redis", "Redis", &["redis"]),
+    Scheme::lease("rediss", "Redis over TLS", &["redis", "tls"]),
+    Scheme::lease("redis-sentinel", "Redis Sentinel", &["redis"]),
+    Scheme::lease(
+        "rediss-sentinel",
+        "Redis Sentinel over TLS",
+        &["redis", "tls"],
+    ),
+    Scheme::lease("redis-cluster", "Redis Cluster", &["redis"]),
+    Scheme::lease(
+        "rediss-cluster",
+        "Redis Cluster over TLS",
+        &["redis", "tls"],
+    ),
+    Scheme::lease("etcd", "etcd", &["etcd"]),
+    Scheme::lease("etcds", "etcd over TLS", &["etcd"]),
+    Scheme::lease("postgres", "PostgreSQL", &["postgres"]),
+    Scheme::lease("postgresql", "PostgreSQL", &["postgres"]),
+    Scheme::lease("mysql", "MySQL", &["mysql"]),
+    Scheme::lease("mariadb", "MariaDB", &["mysql"]),
+    Scheme {
+        name: "sqlite",
+        label: "SQLite",
+        features: &["sqlite"],
+        leases: false,
+    },
 ];
+
+/// Whether this build of the library has cargo feature `feature` (a store's, or `tls`).
+// Each arm's value is the build's: in a build with every feature clippy sees `matches!`.
+#[allow(clippy::match_like_matches_macro)]
+pub fn built_with(feature: &str) -> bool {
+    match feature {
+        "redis" => cfg!(feature = "redis"),
+        "tls" => cfg!(feature = "tls"),
+        "etcd" => cfg!(feature = "etcd"),
+        "postgres" => cfg!(feature = "postgres"),
+        "mysql" => cfg!(feature = "mysql"),
+        "sqlite" => cfg!(feature = "sqlite"),
+        _ => false,
+    }
+}
+
+/// The lease schemes this build can open, with `://` (`redis://`, ...), for the message that
+/// refuses any other.
+pub fn lease_schemes() -> Vec<String> {
+    KNOWN_SCHEMES
+        .iter()
+        .filter(|s| s.leases && s.built())
+        .map(|s| format!("{}://", s.name))
+        .collect()
+}
 
 /// Opens the store `urls` name, each read once here ([`StoreUrl`]) and handed to the store as read.
 /// One URL: its scheme picks the store. Several: a Redlock over that many independent Redis masters
@@ -100,10 +166,11 @@ async fn open_several(urls: &[StoreUrl], settings: Settings) -> Result<Arc<dyn S
 }
 
 fn unknown_scheme(url: &StoreUrl) -> Error {
-    let known = if SCHEMES.is_empty() {
+    let built = lease_schemes();
+    let known = if built.is_empty() {
         "none: this build of leasehold has no lease store; enable the `redis`, `postgres`, `mysql` or `etcd` feature".to_owned()
     } else {
-        SCHEMES.join(", ")
+        built.join(", ")
     };
     Error::invalid(
         "store url",
@@ -140,8 +207,8 @@ mod tests {
             "{msg}"
         );
         assert!(!msg.contains("secret"), "{msg}");
-        for s in SCHEMES {
-            assert!(msg.contains(s), "{msg}");
+        for s in lease_schemes() {
+            assert!(msg.contains(&s), "{msg}");
         }
     }
 }

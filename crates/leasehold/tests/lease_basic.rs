@@ -483,3 +483,17 @@ async fn wrong_or_missing_credentials_are_unauthorized() {
         .await
         .unwrap();
 }
+
+/// The lease contract suite (`leasehold::contract_suite!`: the tests every store runs, a store written
+/// outside the crate too) on this store.
+mod contract {
+    #[allow(unused_imports)]
+    use super::lease_support;
+    #[allow(unused_imports)]
+    use super::lease_support::contract::*;
+
+    leasehold::contract_suite!(Env::open("redis", async {
+        // A private redis-server.
+        lease_support::server()
+    }));
+}

@@ -389,3 +389,20 @@ async fn refused_credentials_are_unauthorized_naming_the_node() {
         }
     }
 }
+
+/// The lease contract suite (`leasehold::contract_suite!`: the tests every store runs, a store written
+/// outside the crate too) on this store.
+mod contract {
+    #[allow(unused_imports)]
+    use super::lease_support;
+    #[allow(unused_imports)]
+    use super::lease_support::contract::*;
+
+    leasehold::contract_suite!(Env::open("cluster", async {
+        // A Redis Cluster of three masters and three replicas, shared by the contract tests that run at
+        // the same time.
+        shared(&CLUSTERS, || {
+            leasehold_testkit::RedisCluster::start().expect("start a redis cluster")
+        })
+    }));
+}

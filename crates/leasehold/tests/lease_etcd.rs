@@ -1,5 +1,5 @@
 //! The etcd store against real etcd on loopback, one private cluster per test (a single member, or
-//! three): what the contract suite (`lease_contract.rs`, which runs on etcd too) cannot show.
+//! three): what the contract suite (`mod contract` below) cannot show.
 //! Waiters across clients are served in FIFO order; a busy try leaves no key and a waiter that gives
 //! up leaves the queue; a member, the leader included, is killed under a held lease and the lease
 //! lives on while a lone member's death loses it; a holder process paused past its TTL loses the
@@ -1077,4 +1077,21 @@ async fn bench_s1_s2_against_redis() {
             );
         }
     }
+}
+
+/// The lease contract suite (`leasehold::contract_suite!`: the tests every store runs, a store written
+/// outside the crate too) on this store.
+mod contract {
+    #[allow(unused_imports)]
+    use super::lease_support;
+    #[allow(unused_imports)]
+    use super::lease_support::contract::*;
+
+    leasehold::contract_suite!(Env::open("etcd", async {
+        // A private single-node etcd.
+        tokio::task::spawn_blocking(leasehold_testkit::etcd::EtcdCluster::start_single)
+            .await
+            .unwrap()
+            .expect("start a private etcd (is etcd-server installed?)")
+    }));
 }

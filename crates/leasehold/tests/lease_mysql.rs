@@ -459,3 +459,17 @@ async fn a_refused_port_says_refused_at_once() {
     assert!(e.is_unavailable(), "{e:?}");
     assert!(took < ms(1_000), "took {took:?}: {report}");
 }
+
+/// The lease contract suite (`leasehold::contract_suite!`: the tests every store runs, a store written
+/// outside the crate too) on this store.
+mod contract {
+    #[allow(unused_imports)]
+    use super::lease_support;
+    #[allow(unused_imports)]
+    use super::lease_support::contract::*;
+
+    leasehold::contract_suite!(Env::open("mysql", async {
+        // A database of its own on the test MariaDB server, migrated.
+        lease_support::my::MyDatabase::create().await
+    }));
+}

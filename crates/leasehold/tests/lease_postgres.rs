@@ -819,3 +819,17 @@ async fn a_refused_login_is_unauthorized_not_unreachable() {
     let schema = PgSchema::create().await;
     client(&schema.url(), "auth").await;
 }
+
+/// The lease contract suite (`leasehold::contract_suite!`: the tests every store runs, a store written
+/// outside the crate too) on this store.
+mod contract {
+    #[allow(unused_imports)]
+    use super::lease_support;
+    #[allow(unused_imports)]
+    use super::lease_support::contract::*;
+
+    leasehold::contract_suite!(Env::open("postgres", async {
+        // A schema of its own on the test PostgreSQL database, migrated.
+        lease_support::pg::PgSchema::create().await
+    }));
+}

@@ -405,3 +405,20 @@ async fn bad_sentinel_input_is_refused_clearly() {
         err.report()
     );
 }
+
+/// The lease contract suite (`leasehold::contract_suite!`: the tests every store runs, a store written
+/// outside the crate too) on this store.
+mod contract {
+    #[allow(unused_imports)]
+    use super::lease_support;
+    #[allow(unused_imports)]
+    use super::lease_support::contract::*;
+
+    leasehold::contract_suite!(Env::open("sentinel", async {
+        // A primary, a replica and three sentinels; the client finds the primary through them; one set
+        // shared by the contract tests that run at the same time.
+        shared(&SENTINELS, || {
+            leasehold_testkit::SentinelSet::start().expect("start a sentinel set")
+        })
+    }));
+}

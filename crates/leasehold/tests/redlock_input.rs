@@ -202,3 +202,17 @@ async fn a_minority_down_at_start_is_checked_and_counted_once_it_answers() {
     }
     assert!(seen, "the late master never took part");
 }
+
+/// The lease contract suite (`leasehold::contract_suite!`: the tests every store runs, a store written
+/// outside the crate too) on this store.
+mod contract {
+    #[allow(unused_imports)]
+    use super::lease_support;
+    #[allow(unused_imports)]
+    use super::lease_support::contract::*;
+
+    leasehold::contract_suite!(Env::open("redlock", async {
+        // Three private redis-servers as the masters of a Redlock.
+        (0..3).map(|_| lease_support::server()).collect::<Vec<_>>()
+    }));
+}

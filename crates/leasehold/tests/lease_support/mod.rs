@@ -1,6 +1,7 @@
 //! Shared helpers for the lease integration tests: a private redis-server per test and short options.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod contract;
 #[cfg(feature = "mysql")]
 pub mod my;
 #[cfg(feature = "postgres")]

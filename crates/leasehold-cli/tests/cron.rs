@@ -178,6 +178,15 @@ fn a_daemon_killed_mid_run_is_followed_by_a_retry_on_another_in_the_same_slot(st
         a.log(),
         b.log()
     );
+    // And until it is in its sleep (the marker made): killed between its line and the marker, the
+    // first attempt dies with its daemon before making it, and the retry would then sleep in its
+    // place (seen in CI: the retry's record stayed `running`).
+    assert!(
+        cli_support::eventually(Duration::from_secs(10), || marker.exists()),
+        "the first attempt never made its marker: {} {}",
+        a.log(),
+        b.log()
+    );
     let first = runs(&out)[0].clone();
     assert_eq!(first.attempt, 1);
     let (victim, other) = if first.who == "a" {

@@ -105,3 +105,49 @@ fn demo_on_a_shared_redis_leaves_it_as_it_found_it() {
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     assert_eq!(keys, vec!["someone-else".to_owned()], "{out}");
 }
+
+/// Scene 4 with a PostgreSQL: the two holders' fences are also written by `psql` through the SQL
+/// function `leasehold_fence`, and A's stale one is refused there (SQLSTATE LHF01), read from the
+/// counter psql wrote; the scene's schema is gone afterwards.
+#[test]
+fn scene_four_with_a_database_refuses_the_stale_fence_from_psql_too() {
+    let url = leasehold_testkit::postgres_url();
+    let o = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["demo", "--scene", "4", "--database", &url])
+        .output()
+        .expect("leasehold demo runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    for must in [
+        "psql: BEGIN; SELECT leasehold_fence('counter',",
+        "LHF01",
+        "leasehold: stale fence for counter",
+        "refused A's fence too (LHF01)",
+        "Verdict 4: ✔ shown",
+    ] {
+        assert!(out.contains(must), "{must:?} missing:\n{out}");
+    }
+    let left = Command::new("psql")
+        .args(["-X", "-t", "-A", "-d", &url, "-c"])
+        .arg("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'leasehold_demo_%'")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&left.stdout).trim(), "0");
+}
+
+#[test]
+fn a_database_that_is_not_postgres_is_refused_before_anything_starts() {
+    let o = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["demo", "--database", "mysql://root@localhost/test"])
+        .output()
+        .expect("leasehold demo runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{out}");
+    assert!(
+        err.contains("--database") && err.contains("postgres://"),
+        "{err}"
+    );
+    assert!(!out.contains("Scene 1/8"), "{out}");
+}

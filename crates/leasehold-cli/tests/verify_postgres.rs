@@ -1,5 +1,6 @@
 //! `leasehold verify --database postgres://…`: the same checks against PostgreSQL (each cell in its own
-//! schema), with fewer cells. The fenced writes go through leasehold's own `Database::begin_fenced`.
+//! schema), with fewer cells. The fenced writes go through leasehold's own `Database::begin_fenced`,
+//! or (`--fenced-writer psql`) through `psql` processes calling the SQL function `leasehold_fence`.
 
 use std::process::Command;
 
@@ -45,4 +46,51 @@ fn postgres_resource_keeps_safe_strategies_at_zero_and_shows_the_naive_bug() {
             );
         }
     }
+}
+
+/// The fence checked from outside Rust: every fenced write is a `psql` process running `BEGIN;
+/// SELECT leasehold_fence(…); UPDATE …; COMMIT`. A paused holder's late write is refused (SQLSTATE
+/// LHF01) and the counter stays right; the same lease without the check loses updates in the same
+/// run, so the cell can see the bug.
+#[test]
+fn a_psql_writer_calling_leasehold_fence_keeps_the_fenced_lease_at_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("cells.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["verify", "--database", &leasehold_testkit::postgres_url()])
+        .args(["--fenced-writer", "psql"])
+        .args(["--workload", "counter", "--fault", "pause"])
+        .args(["--strategy", "lease,lease-fence", "--injections", "2"])
+        .arg("--json")
+        .arg(&json_path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let cells: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!(cells.len(), 2);
+    let [lease, fenced] = [&cells[0], &cells[1]];
+    assert_eq!(lease["strategy"], "lease");
+    assert!(lease["fenced_writer"].is_null(), "{lease}");
+    assert!(
+        lease["violations"].as_u64().unwrap() > 0,
+        "the unfenced lease must lose an update under the pause: {lease}"
+    );
+    assert_eq!(fenced["strategy"], "lease-fence");
+    assert_eq!(fenced["fenced_writer"], "psql", "{fenced}");
+    assert_eq!(fenced["status"], "ran", "{fenced}");
+    assert_eq!(fenced["faults_injected"], 2, "{fenced}");
+    assert_eq!(fenced["violations"], 0, "{fenced}");
+    assert_eq!(fenced["fence_regressions"], 0, "{fenced}");
+    assert!(
+        fenced["refused_stale"].as_u64().unwrap() > 0,
+        "the paused holder's psql write must be refused by leasehold_fence: {fenced}"
+    );
+    assert!(fenced["accepted_writes"].as_u64().unwrap() > 0, "{fenced}");
 }

@@ -1,7 +1,7 @@
 //! `leasehold verify` refuses bad input with an error naming what was wrong, before it starts
 //! anything, and reports a worker that cannot start as an error cell rather than a clean result.
 
-use leasehold_lab::verify::{run, Fault, Strategy, VerifyArgs, Workload};
+use leasehold_lab::verify::{run, Fault, FencedWriter, Strategy, VerifyArgs, Workload};
 
 #[tokio::test]
 async fn a_database_url_of_an_unknown_kind_is_refused() {
@@ -14,6 +14,25 @@ async fn a_database_url_of_an_unknown_kind_is_refused() {
         err.contains("--database") && err.contains("postgres://"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn the_psql_writer_without_a_postgres_resource_is_refused_naming_the_option_to_add() {
+    for database in [
+        None,
+        Some("sqlite:///tmp/leasehold-verify-input.sqlite".to_owned()),
+    ] {
+        let args = VerifyArgs {
+            database,
+            fenced_writer: FencedWriter::Psql,
+            ..VerifyArgs::default()
+        };
+        let err = run(args).await.unwrap_err().to_string();
+        assert!(
+            err.contains("--fenced-writer psql") && err.contains("--database postgres://"),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,7 +1,10 @@
 //! Scene 4: the same paused holder as scene 3, now with a leasehold lease and a fenced write at the
-//! resource: the stale write is refused and the data stays right.
+//! resource: the stale write is refused and the data stays right. With `--database postgres://…`
+//! the two holders' fences are also written from outside Rust, by `psql` calling the SQL function
+//! `leasehold_fence` in each transaction, and the stale one is refused there too (SQLSTATE LHF01).
 //! Promise: the verdict is read from the resource (counter, increment log, stored fence). Limit: the
-//! fence protects only writes that go through the fenced path.
+//! fence protects only writes that go through the fenced path (here, `begin_fenced` or
+//! `leasehold_fence`).
 
 use std::time::Duration;
 
@@ -15,6 +18,7 @@ use super::naive::wait_until_expired;
 use super::resource::{log_increment, Counter, READ_SQL};
 use super::stage::{Actor, Stage, Timeline};
 use super::{Outcome, WorkerArgs};
+use crate::psql::Psql;
 
 /// The fenced resource's name (one row in the fence table).
 const RESOURCE: &str = "counter";
@@ -234,17 +238,94 @@ pub(crate) async fn fenced_paused_holder(st: &mut Stage) -> anyhow::Result<Outco
     let a_writes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM increments WHERE writer = 'A'")
         .fetch_one(&counter.pool)
         .await?;
+    let from_psql = match &st.database {
+        Some(url) => Some(from_psql(url, &tl, fence_a, fence_b).await?),
+        None => {
+            tl.say(
+                Actor::Observer,
+                "(with --database postgres://… the same two fences are also written by psql, through the SQL function leasehold_fence)",
+            );
+            None
+        }
+    };
     let shown_ok = fence_b > fence_a
         && matches!(b_outcome, Fenced::Accepted)
         && a_writes == 0
         && value == committed
-        && stored == fence_b.as_i64();
+        && stored == fence_b.as_i64()
+        && from_psql != Some(false);
+    let psql_verdict = match from_psql {
+        Some(true) => "; from psql, leasehold_fence refused A's fence too (LHF01)",
+        Some(false) => "; from psql, leasehold_fence did NOT refuse A's fence as it should",
+        None => "",
+    };
     Ok(Outcome {
         shown: shown_ok,
         verdict: format!(
-            "B's fence {fence_b} > A's {fence_a}; the resource refused A's stale write ({a_writes} committed by A); counter {value} = {committed} committed increment(s): no update lost"
+            "B's fence {fence_b} > A's {fence_a}; the resource refused A's stale write ({a_writes} committed by A); counter {value} = {committed} committed increment(s): no update lost{psql_verdict}"
         ),
         lesson: "fence at the resource: the lease keeps work efficient, the fence keeps data correct",
         redis_commands: tl.redis_commands,
     })
+}
+
+/// The same two fences checked from outside Rust: B's, then A's stale one, each written by a `psql`
+/// process in a transaction that calls `leasehold_fence` first, on a PostgreSQL counter in a schema
+/// of its own (made by `migrate`, dropped at the end). Whether B's committed, A's was refused and
+/// the counter holds B's increment alone.
+async fn from_psql(
+    url: &str,
+    tl: &Timeline,
+    fence_a: Fence,
+    fence_b: Fence,
+) -> anyhow::Result<bool> {
+    let schema = format!("leasehold_demo_{:08x}", rand::random::<u32>());
+    let db = Database::builder(url)
+        .postgres_schema(&schema)
+        .max_connections(1)
+        .connect()
+        .await?;
+    db.migrate().await?;
+    db.close().await;
+    let psql = Psql::new(url, Some(&schema));
+    tl.say(
+        Actor::Observer,
+        &format!("the same two fences from outside Rust: psql writers on PostgreSQL ({schema}), each transaction calling leasehold_fence first"),
+    );
+    let shown = async {
+        psql.run("CREATE TABLE counter (id BIGINT PRIMARY KEY, value BIGINT NOT NULL); INSERT INTO counter VALUES (1, 0);")
+            .await?
+            .map_err(|e| anyhow::anyhow!("creating the psql counter: {}", e.trim()))?;
+        let update = ["UPDATE counter SET value = value + 1 WHERE id = 1".to_owned()];
+        let mut outcomes = Vec::new();
+        for (who, fence) in [(Actor::B, fence_b), (Actor::A, fence_a)] {
+            let outcome = psql.fenced(RESOURCE, fence.as_i64(), &update).await?;
+            tl.sql(
+                who,
+                &format!(
+                    "psql: BEGIN; SELECT leasehold_fence('{RESOURCE}', {fence}); {}; COMMIT",
+                    update[0]
+                ),
+                match &outcome {
+                    Ok(()) => "COMMIT",
+                    Err(refused) => refused,
+                },
+            );
+            outcomes.push(outcome.is_ok());
+        }
+        let value = psql
+            .run("SELECT value FROM counter WHERE id = 1")
+            .await?
+            .map_err(|e| anyhow::anyhow!("reading the psql counter: {}", e.trim()))?;
+        tl.sql(
+            Actor::Observer,
+            "psql: SELECT value FROM counter WHERE id = 1",
+            value.trim(),
+        );
+        anyhow::Ok(outcomes == [true, false] && value.trim() == "1")
+    }
+    .await;
+    // The schema goes whatever happened; a failure to drop it is not the scene's verdict.
+    let _ = psql.run(&format!("DROP SCHEMA {schema} CASCADE")).await;
+    shown
 }

@@ -45,6 +45,14 @@ pub struct DemoArgs {
     /// its leader and Redis.
     #[arg(long, value_name = "N", value_parser = scene_number)]
     pub scene: Vec<u8>,
+    /// A PostgreSQL database for scene 4's check from outside Rust
+    ///
+    /// With it, scene 4 also writes its two holders' fences through `psql`, each in a transaction
+    /// that calls the SQL function `leasehold_fence` first (as a shell job or a service in another
+    /// language does), on a counter in a schema of its own (dropped at the end). Needs the `psql`
+    /// program.
+    #[arg(long, value_name = "URL")]
+    pub database: Option<String>,
     /// The `leasehold` binary the worker processes run (default: this executable).
     #[arg(long, value_name = "PATH", hide = true)]
     pub worker_exe: Option<PathBuf>,
@@ -124,6 +132,13 @@ fn scene_number(s: &str) -> Result<u8, String> {
 
 /// Runs `leasehold demo`; returns the process exit code (0 only when every scene showed its claim).
 pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
+    if let Some(url) = &args.database {
+        anyhow::ensure!(
+            url.starts_with("postgres://") || url.starts_with("postgresql://"),
+            "--database {url:?}: scene 4 checks fences from psql on PostgreSQL only; give a postgres://user@host/db URL or leave the option out"
+        );
+        crate::psql::check_available("--database")?;
+    }
     let style = Style::detect();
     let started = Instant::now();
     // First, before anything that can take a moment (starting a redis-server), say what this is.
@@ -161,6 +176,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<i32> {
     };
     let mut st = Stage {
         redis_url: redis_url.clone(),
+        database: args.database.clone(),
         con,
         ns: args
             .redis

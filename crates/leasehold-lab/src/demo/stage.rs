@@ -25,6 +25,8 @@ pub(crate) struct Stage {
     /// anyone else's keys and can delete its own at the end; `None` on the private server, where the
     /// keys read like the seeds' (`lock:order:42`).
     pub(crate) ns: Option<String>,
+    /// A PostgreSQL URL for scene 4's writes from `psql` (`--database`).
+    pub(crate) database: Option<String>,
     /// Where the SQLite resource files live (deleted at the end).
     pub(crate) dir: PathBuf,
     /// The `leasehold` binary the worker processes run.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::checker::{self, Interval};
+use super::resource::fenced::FencedWriter;
 use super::resource::HistoryRow;
 use super::rig::{spawn_worker, LockStory, LockUrls, Log, RunContext, WorkerProc, WorkerSpec};
 use super::store::redis::Servers;
@@ -73,6 +74,8 @@ pub struct CellResult {
     /// Under `partition`, for a strategy with a leasehold lease: when the cut-off holder's long
     /// critical section started to stop (`--stop-rule`); `null` otherwise.
     pub stop_rule: Option<StopRule>,
+    /// For a fenced strategy: who wrote its writes (`--fenced-writer`); `null` otherwise.
+    pub fenced_writer: Option<FencedWriter>,
     /// Why a cell did not run, or what went wrong.
     pub note: String,
     /// Wall time of the cell in milliseconds.
@@ -111,6 +114,7 @@ impl CellResult {
             fence_regressions: None,
             safe_by_design: strategy.safe_by_design(),
             stop_rule: None,
+            fenced_writer: None,
             note,
             elapsed_ms: 0,
             timeline: None,

@@ -50,6 +50,7 @@ use store::run_wide_names;
 
 pub use cell::{CellResult, CellStatus};
 pub use faults::{StoreFault, FAULTS};
+pub use resource::fenced::FencedWriter;
 pub use store::Store;
 pub use strategy::{Lock, Strategy};
 pub use worker::StopRule;
@@ -171,7 +172,7 @@ macro_rules! display_as_value_enum {
         }
     )*};
 }
-display_as_value_enum!(Workload, Fault, Strategy, StopRule);
+display_as_value_enum!(Workload, Fault, Strategy, StopRule, FencedWriter);
 
 /// Command-line arguments of `leasehold verify`.
 #[derive(Debug, Clone, clap::Args)]
@@ -237,6 +238,15 @@ pub struct VerifyArgs {
     /// whose shutdown runs past the hand-over). The other faults do not use it.
     #[arg(long, value_enum, default_value_t = StopRule::InTime)]
     pub stop_rule: StopRule,
+    /// Who writes the fenced strategies' writes: `rust` or `psql`
+    ///
+    /// `rust` (the default): leasehold's own fenced transactions (`Database::begin_fenced`).
+    /// `psql`: a `psql` process per write calling the SQL function `leasehold_fence(resource, fence)`
+    /// first thing in its own transaction, as a shell job or a service in another language does;
+    /// SQLSTATE LHF01 is counted as a stale write refused. Needs `--database postgres://…` and
+    /// the `psql` program.
+    #[arg(long, value_enum, value_name = "WRITER", default_value_t = FencedWriter::Rust)]
+    pub fenced_writer: FencedWriter,
     /// The executable to spawn workers from (default: this program). For tests.
     #[arg(long, hide = true, value_name = "PATH")]
     pub worker_exe: Option<PathBuf>,
@@ -285,6 +295,7 @@ impl Default for VerifyArgs {
             ttl_ms: 200,
             injections: None,
             stop_rule: StopRule::InTime,
+            fenced_writer: FencedWriter::Rust,
             worker_exe: None,
         }
     }
@@ -340,6 +351,9 @@ pub struct WorkerArgs {
     /// When a long critical section (the harness's `long`) starts to stop.
     #[arg(long, value_enum, default_value_t = StopRule::InTime)]
     pub stop_rule: StopRule,
+    /// Who writes the fenced strategies' writes.
+    #[arg(long, value_enum, default_value_t = FencedWriter::Rust)]
+    pub fenced_writer: FencedWriter,
 }
 
 /// Runs `leasehold verify`; returns the process exit code: 0 when every strategy documented as safe

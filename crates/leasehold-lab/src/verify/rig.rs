@@ -14,6 +14,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, ChildStdin, Command};
 
+use super::resource::fenced::FencedWriter;
 use super::store::LeaseStores;
 use super::strategy::Strategy;
 use super::timing::Timing;
@@ -31,6 +32,8 @@ pub(crate) struct RunContext {
     pub(crate) timing: Timing,
     /// When a long critical section starts to stop (`--stop-rule`).
     pub(crate) stop_rule: StopRule,
+    /// Who writes the fenced strategies' writes (`--fenced-writer`).
+    pub(crate) fenced_writer: FencedWriter,
     /// The run-wide lease stores (`store::RUN_WIDE`), each started at its first cell.
     pub(crate) stores: LeaseStores,
     /// Keeps the default SQLite file alive for the run.
@@ -213,6 +216,7 @@ pub(crate) async fn spawn_worker(
         .args(["--stall-ms", &timing.stall_after.as_millis().to_string()])
         .args(["--start-op", &start_op.to_string()])
         .args(["--stop-rule", &ctx.stop_rule.to_string()])
+        .args(["--fenced-writer", &ctx.fenced_writer.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

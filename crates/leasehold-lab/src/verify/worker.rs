@@ -491,7 +491,7 @@ struct Writers {
 pub(crate) async fn run(args: WorkerArgs) -> anyhow::Result<i32> {
     let resource = Resource::connect(&args.database, &args.prefix, 2).await?;
     let fenced = if args.strategy.fenced() {
-        Some(Fenced::connect(&args.database, &args.prefix, &args.key).await?)
+        Some(Fenced::connect(&args.database, &args.prefix, &args.key, args.fenced_writer).await?)
     } else {
         None
     };

@@ -79,7 +79,8 @@ async fn prepare_resource(
 ) -> anyhow::Result<()> {
     resource.setup(spec.workload, spec.strategy).await?;
     if spec.strategy.fenced() {
-        let fenced = Fenced::connect(&ctx.database, spec.prefix, spec.key).await?;
+        let fenced =
+            Fenced::connect(&ctx.database, spec.prefix, spec.key, ctx.fenced_writer).await?;
         fenced.migrate().await?;
         fenced.close().await;
     }

@@ -76,6 +76,7 @@ fn context(args: &VerifyArgs) -> anyhow::Result<RunContext> {
             (url, Some(dir))
         }
     };
+    args.fenced_writer.check(&database)?;
     Ok(RunContext {
         exe,
         database,
@@ -84,6 +85,7 @@ fn context(args: &VerifyArgs) -> anyhow::Result<RunContext> {
         workers: args.workers,
         timing: Timing::new(args),
         stop_rule: args.stop_rule,
+        fenced_writer: args.fenced_writer,
         stores: LeaseStores::default(),
         _tmp: tmp,
     })

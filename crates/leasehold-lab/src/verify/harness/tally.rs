@@ -160,6 +160,7 @@ pub(super) fn result(
             .then(|| checker::fence_regressions(history)),
         safe_by_design: strategy.safe_by_design(),
         stop_rule: (fault == Fault::Partition && strategy.leased()).then_some(cell.ctx.stop_rule),
+        fenced_writer: strategy.fenced().then_some(cell.ctx.fenced_writer),
         note,
         elapsed_ms: 0,
         timeline: Some(timeline),

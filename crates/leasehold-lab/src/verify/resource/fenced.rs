@@ -1,11 +1,43 @@
-//! The fenced strategies' writes: leasehold's fenced transactions on the cell's tables.
+//! The fenced strategies' writes: leasehold's fenced transactions on the cell's tables, from Rust or
+//! from outside it (`--fenced-writer psql`: a `psql` process calling the SQL function
+//! `leasehold_fence` in its own transaction, as a shell job or a service in another language does).
 //!
 //! Limit: the fence is checked by leasehold's `leasehold_fences` row of the cell, in the same
-//! database as the business tables; a resource elsewhere is not modelled.
+//! database as the business tables; a resource elsewhere is not modelled. The `psql` writer runs on
+//! PostgreSQL only (SQLite has no server-side function; MariaDB is no resource here).
 
 use anyhow::Context as _;
 
-use super::{Outcome, Plan, Resource};
+use super::{Dialect, Outcome, Plan, Resource};
+use crate::psql::{quoted, Psql};
+
+/// Who writes the fenced strategies' writes (`leasehold verify --fenced-writer`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FencedWriter {
+    /// leasehold's own fenced transactions from Rust (`Database::begin_fenced`).
+    #[default]
+    Rust,
+    /// A `psql` process per write, outside Rust: `BEGIN; SELECT leasehold_fence(resource, fence);`
+    /// the write; `COMMIT`, a refusal (SQLSTATE LHF01) counted as stale. PostgreSQL only.
+    Psql,
+}
+
+impl FencedWriter {
+    /// Whether `database` can take this writer's writes: the `psql` writer needs a PostgreSQL URL
+    /// and the `psql` program. The error says what to change.
+    pub(crate) fn check(self, database: &str) -> anyhow::Result<()> {
+        if self == Self::Rust {
+            return Ok(());
+        }
+        if Dialect::of(database)? != Dialect::Postgres {
+            anyhow::bail!(
+                "--fenced-writer psql needs a PostgreSQL resource: add --database postgres://user@host/db (the SQL function leasehold_fence exists on PostgreSQL and MariaDB only, and the resource runs on PostgreSQL or SQLite)"
+            );
+        }
+        crate::psql::check_available("--fenced-writer psql")
+    }
+}
 
 /// The fenced strategies' writes (`Strategy::fenced`), through leasehold's own fenced transactions
 /// ([`leasehold::db::Database::begin_fenced`]): the fence is checked and stored first thing in the
@@ -15,16 +47,25 @@ pub(crate) struct Fenced {
     db: leasehold::db::Database,
     /// The fenced resource's name in `leasehold_fences` (one per cell).
     resource: String,
+    /// Set when the writes go through `psql` instead of `db`.
+    psql: Option<Psql>,
 }
 
 impl Fenced {
     /// Opens leasehold's database handle on the same database as the cell's tables (on PostgreSQL in
     /// the cell's schema, so `leasehold_fences` is the cell's own).
-    pub(crate) async fn connect(url: &str, prefix: &str, resource: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn connect(
+        url: &str,
+        prefix: &str,
+        resource: &str,
+        writer: FencedWriter,
+    ) -> anyhow::Result<Self> {
         let mut builder = leasehold::db::Database::builder(url).max_connections(2);
-        if let Some((schema, _)) = prefix.split_once('.') {
+        let schema = prefix.split_once('.').map(|(schema, _)| schema);
+        if let Some(schema) = schema {
             builder = builder.postgres_schema(schema);
         }
+        let psql = (writer == FencedWriter::Psql).then(|| Psql::new(url, schema));
         let db = builder
             .connect()
             .await
@@ -32,6 +73,7 @@ impl Fenced {
         Ok(Self {
             db,
             resource: resource.to_owned(),
+            psql,
         })
     }
 
@@ -54,6 +96,9 @@ impl Fenced {
     /// holder whose lease was superseded cannot write between our read and our write (a fence checked
     /// only at the write would let it). `false` when the fence is already stale.
     pub(crate) async fn register(&self, fence: i64) -> anyhow::Result<bool> {
+        if let Some(psql) = &self.psql {
+            return Ok(psql.fenced(&self.resource, fence, &[]).await?.is_ok());
+        }
         match self.begin(fence).await? {
             Some(tx) => {
                 tx.commit().await?;
@@ -74,6 +119,15 @@ impl Fenced {
         use leasehold::db::Param;
         if matches!(plan, Plan::Skip) {
             return Ok(Outcome::Skipped);
+        }
+        if let Some(psql) = &self.psql {
+            let statements = psql_write(resource, plan, writer, fence);
+            return Ok(
+                match psql.fenced(&self.resource, fence, &statements).await? {
+                    Ok(()) => Outcome::Accepted,
+                    Err(_refused) => Outcome::Stale,
+                },
+            );
         }
         let Some(mut tx) = self.begin(fence).await? else {
             return Ok(Outcome::Stale);
@@ -148,5 +202,44 @@ impl Fenced {
 
     pub(crate) async fn close(&self) {
         self.db.close().await;
+    }
+}
+
+/// The statements of `plan`'s write as the `psql` writer sends them (values written out: `psql`
+/// takes no parameters), the same writes as [`Fenced::write`]'s.
+fn psql_write(resource: &Resource, plan: &Plan, writer: i64, fence: i64) -> Vec<String> {
+    match plan {
+        Plan::Counter { read } => vec![format!(
+            "UPDATE {} SET value = {}, writer = {writer}, fence = {fence} WHERE id = 1",
+            resource.t("counter"),
+            read + 1
+        )],
+        Plan::CreateOrder { request } => vec![format!(
+            "INSERT INTO {} (request_id, writer, fence) VALUES ({}, {writer}, {fence})",
+            resource.t("orders"),
+            quoted(request)
+        )],
+        Plan::Sell { read } => vec![format!(
+            "UPDATE {} SET units = {}, writer = {writer}, fence = {fence} WHERE id = 1",
+            resource.t("stock"),
+            read - 1
+        )],
+        Plan::Transition { order, to, .. } => vec![format!(
+            "UPDATE {} SET state = {}, writer = {writer}, fence = {fence} WHERE id = {order}",
+            resource.t("order_state"),
+            quoted(to)
+        )],
+        Plan::Apply { message } => vec![
+            format!(
+                "UPDATE {} SET balance = balance + 10 WHERE id = 1",
+                resource.t("account")
+            ),
+            format!(
+                "INSERT INTO {} (message_id, writer, fence) VALUES ({}, {writer}, {fence})",
+                resource.t("applied"),
+                quoted(message)
+            ),
+        ],
+        Plan::Skip => Vec::new(),
     }
 }

@@ -6,32 +6,40 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[test]
-fn postgres_resource_keeps_safe_strategies_at_zero_and_shows_the_naive_bug() {
+/// Runs `leasehold verify --database <the test PostgreSQL>` with `args`, expects exit 0 and returns
+/// its cells.
+fn verify_on_postgres(args: &[&str]) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("cells.json");
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["verify", "--database", &leasehold_testkit::postgres_url()])
-        .args(["--workload", "counter,transitions", "--fault", "pause"])
-        .args([
-            "--strategy",
-            "naive,lease-fence,db-guards",
-            "--injections",
-            "1",
-        ])
+        .args(args)
         .arg("--json")
         .arg(&json_path)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),
         Some(0),
-        "stdout:\n{}\nstderr:\n{stderr}",
-        String::from_utf8_lossy(&out.stdout)
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
-    let cells: Vec<Value> =
-        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap()
+}
+
+#[test]
+fn postgres_resource_keeps_safe_strategies_at_zero_and_shows_the_naive_bug() {
+    let cells = verify_on_postgres(&[
+        "--workload",
+        "counter,transitions",
+        "--fault",
+        "pause",
+        "--strategy",
+        "naive,lease-fence,db-guards",
+        "--injections",
+        "1",
+    ]);
     assert_eq!(cells.len(), 6);
     for c in &cells {
         assert_eq!(c["status"], "ran", "{c}");
@@ -54,26 +62,18 @@ fn postgres_resource_keeps_safe_strategies_at_zero_and_shows_the_naive_bug() {
 /// run, so the cell can see the bug.
 #[test]
 fn a_psql_writer_calling_leasehold_fence_keeps_the_fenced_lease_at_zero() {
-    let dir = tempfile::tempdir().unwrap();
-    let json_path = dir.path().join("cells.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["verify", "--database", &leasehold_testkit::postgres_url()])
-        .args(["--fenced-writer", "psql"])
-        .args(["--workload", "counter", "--fault", "pause"])
-        .args(["--strategy", "lease,lease-fence", "--injections", "2"])
-        .arg("--json")
-        .arg(&json_path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{}\nstderr:\n{stderr}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let cells: Vec<Value> =
-        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let cells = verify_on_postgres(&[
+        "--fenced-writer",
+        "psql",
+        "--workload",
+        "counter",
+        "--fault",
+        "pause",
+        "--strategy",
+        "lease,lease-fence",
+        "--injections",
+        "2",
+    ]);
     assert_eq!(cells.len(), 2);
     let [lease, fenced] = [&cells[0], &cells[1]];
     assert_eq!(lease["strategy"], "lease");

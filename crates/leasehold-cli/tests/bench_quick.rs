@@ -43,6 +43,28 @@ fn quick_json_has_every_figure_and_no_overlapping_holds() {
     );
     assert!(number(&r, "s1.leasehold_p50_us") <= number(&r, "s1.leasehold_p99_us"));
     assert!(number(&r, "s1.baseline_p50_us") <= number(&r, "s1.baseline_p99_us"));
+    // Redis's own time by commandstats: leasehold runs every command inside its two scripts, so
+    // their time includes the commands'; the minimal lock sends its `SET NX PX` on its own.
+    for path in ["s1", "s1.wait.leasehold"] {
+        let (script, other) = if path == "s1" {
+            (
+                number(&r, "s1.leasehold_redis_script_us_per_cycle"),
+                number(&r, "s1.leasehold_redis_command_us_per_cycle"),
+            )
+        } else {
+            (
+                number(&r, &format!("{path}.redis_script_us_per_cycle")),
+                number(&r, &format!("{path}.redis_command_us_per_cycle")),
+            )
+        };
+        assert!(script > 0.0 && other > 0.0, "{path}: {}", r["s1"]);
+        assert!(
+            script >= other,
+            "{path}: scripts {script} us < their commands {other} us"
+        );
+    }
+    assert!(number(&r, "s1.baseline_redis_script_us_per_cycle") > 0.0);
+    assert!(number(&r, "s1.baseline_redis_command_us_per_cycle") > 0.0);
 
     // S2: 16 and 128 contenders, as tasks and as processes.
     let rows = r["s2"].as_array().expect("s2 is an array");

@@ -131,6 +131,17 @@ impl CommandStats {
             .sum()
     }
 
+    /// Microseconds Redis spent running every command but the script calls since `earlier`, each
+    /// by its own `usec` count: a command a script called and one sent on its own alike (add
+    /// [`script_usec_since`](Self::script_usec_since) for a script's whole time, which includes the
+    /// commands it called).
+    pub(crate) fn command_usec_since(&self, earlier: &CommandStats) -> u64 {
+        self.deltas(earlier)
+            .filter(|(name, _, _)| !matches!(*name, "evalsha" | "eval"))
+            .map(|(_, _, usec)| usec)
+            .sum()
+    }
+
     fn deltas<'a>(
         &'a self,
         earlier: &'a CommandStats,
@@ -301,6 +312,9 @@ mod tests {
         assert_eq!(d.get("evalsha"), Some(&5));
         assert!(!d.contains_key("info"));
         assert!(!d.contains_key("client|setinfo"));
+        // The script's time and the other commands' time, the harness's left out.
+        assert_eq!(after.script_usec_since(&before), 9);
+        assert_eq!(after.command_usec_since(&before), 4);
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub(crate) struct S1Report {
     /// This (client) process's CPU per cycle, in microseconds: the lock's client-side cost plus the
     /// benchmark loop, which is the same for both.
     pub(crate) leasehold_client_cpu_us_per_cycle: f64,
+    /// Redis's own time in the cycle's script calls, per cycle ([`Side::redis_script_us_per_cycle`]).
+    pub(crate) leasehold_redis_script_us_per_cycle: f64,
+    /// Redis's own time in every other command, per cycle ([`Side::redis_command_us_per_cycle`]).
+    pub(crate) leasehold_redis_command_us_per_cycle: f64,
     pub(crate) baseline_cycles: u64,
     pub(crate) baseline_cycles_per_s: f64,
     pub(crate) baseline_p50_us: f64,
@@ -39,6 +43,8 @@ pub(crate) struct S1Report {
     pub(crate) baseline_commands_per_cycle: f64,
     pub(crate) baseline_redis_cpu_us_per_cycle: f64,
     pub(crate) baseline_client_cpu_us_per_cycle: f64,
+    pub(crate) baseline_redis_script_us_per_cycle: f64,
+    pub(crate) baseline_redis_command_us_per_cycle: f64,
     /// leasehold cycles/s ÷ baseline cycles/s.
     pub(crate) ratio: f64,
     /// The earlier target, ratio ≥ 0.9 (kept so that runs stay comparable).
@@ -70,6 +76,14 @@ pub(crate) struct Side {
     pub(crate) redis_cpu_us_per_cycle: f64,
     /// This process's CPU per cycle, in microseconds.
     pub(crate) client_cpu_us_per_cycle: f64,
+    /// Redis's own time running the cycle's script calls, by `INFO commandstats` (`usec` of
+    /// `EVALSHA`: the script and the commands it called; not reading requests, writing replies or
+    /// the event loop), in microseconds per cycle.
+    pub(crate) redis_script_us_per_cycle: f64,
+    /// Redis's own time running every other command, by `INFO commandstats`: those the scripts
+    /// called (already inside the script figure) and those sent on their own (the minimal lock's
+    /// `SET NX PX`), in microseconds per cycle.
+    pub(crate) redis_command_us_per_cycle: f64,
 }
 
 /// One cycle, leasehold's against the minimal lock's, with the ratios.
@@ -109,6 +123,8 @@ struct Tally {
     calls: u64,
     redis_cpu: f64,
     client_cpu: f64,
+    script_usec: u64,
+    command_usec: u64,
 }
 
 impl Tally {
@@ -123,6 +139,8 @@ impl Tally {
             commands_per_cycle: round3(self.calls as f64 / n),
             redis_cpu_us_per_cycle: round3(self.redis_cpu * 1e6 / n),
             client_cpu_us_per_cycle: round3(self.client_cpu * 1e6 / n),
+            redis_script_us_per_cycle: round3(self.script_usec as f64 / n),
+            redis_command_us_per_cycle: round3(self.command_usec as f64 / n),
         }
     }
 }
@@ -246,11 +264,10 @@ pub(crate) async fn run(
             t.redis_cpu += cpu()? - cpu0;
             t.client_cpu += own_cpu_seconds() - own0;
             t.trips += trips(which) - trips0;
-            t.calls += CommandStats::read(&mut probe)
-                .await?
-                .since(&stats0)
-                .values()
-                .sum::<u64>();
+            let stats = CommandStats::read(&mut probe).await?;
+            t.calls += stats.since(&stats0).values().sum::<u64>();
+            t.script_usec += stats.script_usec_since(&stats0);
+            t.command_usec += stats.command_usec_since(&stats0);
         }
     }
     let tried = cycle(&tally[0], &tally[1]);
@@ -279,6 +296,8 @@ pub(crate) async fn run(
         leasehold_commands_per_cycle: lh.commands_per_cycle,
         leasehold_redis_cpu_us_per_cycle: lh.redis_cpu_us_per_cycle,
         leasehold_client_cpu_us_per_cycle: lh.client_cpu_us_per_cycle,
+        leasehold_redis_script_us_per_cycle: lh.redis_script_us_per_cycle,
+        leasehold_redis_command_us_per_cycle: lh.redis_command_us_per_cycle,
         baseline_cycles: base.cycles,
         baseline_cycles_per_s: base.cycles_per_s,
         baseline_p50_us: base.p50_us,
@@ -287,6 +306,8 @@ pub(crate) async fn run(
         baseline_commands_per_cycle: base.commands_per_cycle,
         baseline_redis_cpu_us_per_cycle: base.redis_cpu_us_per_cycle,
         baseline_client_cpu_us_per_cycle: base.client_cpu_us_per_cycle,
+        baseline_redis_script_us_per_cycle: base.redis_script_us_per_cycle,
+        baseline_redis_command_us_per_cycle: base.redis_command_us_per_cycle,
         ratio: tried.ratio,
         target_met: tried.ratio >= 0.9,
         target_0_95_met: tried.ratio >= 0.95,

@@ -123,6 +123,13 @@ fn s1(r: &BenchReport) {
             s1.redis_cpu_ratio,
             s1.client_cpu_ratio
         );
+        println!(
+            "  redis's own time per cycle (INFO commandstats), leasehold vs baseline: scripts {:.1} vs {:.1} us, other commands {:.1} vs {:.1} us",
+            s1.leasehold_redis_script_us_per_cycle,
+            s1.baseline_redis_script_us_per_cycle,
+            s1.leasehold_redis_command_us_per_cycle,
+            s1.baseline_redis_command_us_per_cycle
+        );
         let w = &s1.wait;
         println!("  waiting acquire (leasehold acquire with a wait; the baseline's SET NX PX retried every 1 ms):");
         for (who, side) in [("leasehold", &w.leasehold), ("baseline ", &w.baseline)] {
@@ -135,6 +142,10 @@ fn s1(r: &BenchReport) {
                 side.commands_per_cycle,
                 side.redis_cpu_us_per_cycle,
                 side.client_cpu_us_per_cycle
+            );
+            println!(
+                "             redis's own time: scripts {:.1} us, other commands {:.1} us per cycle",
+                side.redis_script_us_per_cycle, side.redis_command_us_per_cycle
             );
         }
         let t = &s1.targets_met;

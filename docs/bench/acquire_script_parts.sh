@@ -21,6 +21,12 @@ redis.call('SET', lock_key, token, 'NX', 'PX', ARGV[2], 'GET')
 redis.pcall('SET', base .. 'fence', ARGV[3] .. '::' .. token .. ':', 'PX', ARGV[4], 'GET')
 return ARGV[3]"; } >"$WORK/3-lock-and-record-writes.lua"
 { cat $DIR/names.lua $DIR/acquire_fast.lua; echo 'return 9'; } >"$WORK/4-fast-part.lua"
+# Not leasehold's script: what the acquire would cost if it only read the record (a design where the
+# token carries its fence and the record is written at release), for comparison with 3.
+{ cat $DIR/names.lua; echo "local token = ARGV[1]
+redis.call('SET', lock_key, token, 'NX', 'PX', ARGV[2], 'GET')
+redis.pcall('GET', base .. 'fence')
+return ARGV[3]"; } >"$WORK/6-what-if-record-read-not-written.lua"
 # The whole script, as scripts/mod.rs joins it.
 { cat $DIR/names.lua $DIR/acquire_fast.lua $DIR/fence.lua $DIR/lib.lua
   printf 'local function semaphore_in_use()\n'; cat $DIR/lib_more.lua

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Redis's own time (INFO commandstats usec per call) of leasehold's acquire script built up part by
-# part, beside the minimal lock's acquire (docs/benchmarks.md, "The eighth look"). Each variant is
+# part, beside the minimal lock's acquire, and of building lib.lua on a release's slow path (docs/benchmarks.md, "The eighth look"). Each variant is
 # loaded from the repository's Lua files and run 100,000 times by redis-benchmark on a fresh name
 # each call (the free-name case of S1; `__rand_int__` makes the names), one connection, on a private
 # redis-server on port 6421. Prints one line per variant and round. Needs redis-server, redis-cli
@@ -32,10 +32,16 @@ return ARGV[3]"; } >"$WORK/6-what-if-record-read-not-written.lua"
   printf 'local function semaphore_in_use()\n'; cat $DIR/lib_more.lua
   printf 'return semaphore_in_use()\nend\n'; cat $DIR/acquire.lua; } >"$WORK/5-whole-acquire.lua"
 
+# What a release that leaves the fast part pays before release.lua's own steps: building fence.lua's
+# and lib.lua's functions (7 against 8), measured with a hand-over's packed argument.
+{ cat $DIR/names.lua; echo "fence_key = base .. 'fence' return 1"; } >"$WORK/7-release-names-only.lua"
+{ cat $DIR/names.lua; echo "fence_key = base .. 'fence'"; cat $DIR/fence.lua $DIR/lib.lua; echo 'return 1'; } \
+  >"$WORK/8-release-names-fence-and-lib-built.lua"
+
 R() { redis-cli -p $PORT "$@"; }
 usec() { R info commandstats | grep "^cmdstat_$1:" | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/'; }
 for round in $(seq "$ROUNDS"); do
-  for f in "$WORK"/*.lua; do
+  for f in "$WORK"/[1-6]-*.lua; do
     R flushall >/dev/null
     sha=$(R -x script load <"$f")
     R config resetstat >/dev/null
@@ -43,6 +49,13 @@ for round in $(seq "$ROUNDS"); do
     redis-benchmark -p $PORT -n $N -c 1 -r 100000000 -q EVALSHA "$sha" 1 "{bench:__rand_int__}:lock" \
       "tok__rand_int__" 30000 1765000000000000 30000 "0,1764999999999000,30000,50,1000,60000,30000" \
       >/dev/null
+    echo "round $round  $(basename "$f" .lua): $(usec evalsha) us per call"
+  done
+  for f in "$WORK"/[78]-*.lua; do
+    sha=$(R -x script load <"$f")
+    R config resetstat >/dev/null
+    redis-benchmark -p $PORT -n $N -c 1 -q EVALSHA "$sha" 1 "{bench:x}:lock" tok \
+      "1765000000000000,1764999999999000,10000,1000,30000,1764999999000000" >/dev/null
     echo "round $round  $(basename "$f" .lua): $(usec evalsha) us per call"
   done
   R flushall >/dev/null

@@ -1,6 +1,6 @@
-//! One side of S1 alone, for a profiler: `leasehold` (acquire + release of one free name) or the
-//! baseline (`SET NX PX` + a compare-and-delete script), on a Redis of your choosing, for a time or a
-//! number of cycles. `leasehold bench` alternates both in one process, which a profiler cannot tell
+//! One side of S1 alone, for a profiler: `leasehold` (`try_acquire` + release of one free name),
+//! `leasehold-wait` (`acquire` with a 30 s bound + release) or the baseline (`SET NX PX` + a
+//! compare-and-delete script), on a Redis of your choosing, for a time or a number of cycles. `leasehold bench` alternates both in one process, which a profiler cannot tell
 //! apart; this runs one.
 //!
 //! ```sh
@@ -54,31 +54,25 @@ impl Length {
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(side), Some(length)) = (args.get(1), args.get(2)) else {
-        anyhow::bail!("usage: s1_one_side leasehold|baseline CYCLES|SECONDSs");
+        anyhow::bail!("usage: s1_one_side leasehold|leasehold-wait|baseline CYCLES|SECONDSs");
     };
     let length = Length::parse(length)?;
     let url = std::env::var("S1_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let started;
     let mut done = 0u64;
     match side.as_str() {
-        "leasehold" => {
+        "leasehold" | "leasehold-wait" => {
             let client = leasehold::LeaseClient::connect(&url).await?;
             let opts = leasehold::LeaseOptions::with_ttl(Duration::from_secs(30))?;
+            // The try (`try_acquire`) or the waiting acquire (`acquire` with a 30 s bound).
+            let wait = (side == "leasehold-wait").then_some(Duration::from_secs(30));
             for _ in 0..length.warm_up() {
-                client
-                    .try_acquire("s1-one-side", &opts)
-                    .await?
-                    .release()
-                    .await?;
+                leasehold_cycle(&client, &opts, wait).await?;
             }
             pause(length).await;
             started = Instant::now();
             while length.more(started, done) {
-                client
-                    .try_acquire("s1-one-side", &opts)
-                    .await?
-                    .release()
-                    .await?;
+                leasehold_cycle(&client, &opts, wait).await?;
                 done += 1;
             }
         }
@@ -100,7 +94,7 @@ async fn main() -> anyhow::Result<()> {
                 done += 1;
             }
         }
-        other => anyhow::bail!("{other:?}: the side is leasehold or baseline"),
+        other => anyhow::bail!("{other:?}: the side is leasehold, leasehold-wait or baseline"),
     }
     let secs = started.elapsed().as_secs_f64();
     println!("{side}: {done} cycles in {secs:.3} s");
@@ -114,6 +108,20 @@ async fn pause(length: Length) {
         eprintln!("pid {}: measuring in 1 s", std::process::id());
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// leasehold's acquire (a try, or a wait up to `wait`) and release of one free name.
+async fn leasehold_cycle(
+    client: &leasehold::LeaseClient,
+    opts: &leasehold::LeaseOptions,
+    wait: Option<Duration>,
+) -> anyhow::Result<()> {
+    let lease = match wait {
+        None => client.try_acquire("s1-one-side", opts).await?,
+        Some(bound) => client.acquire("s1-one-side", opts, bound).await?,
+    };
+    lease.release().await?;
+    Ok(())
 }
 
 /// The baseline's acquire and release of one free name, as the lab's baseline lock does them.

@@ -125,10 +125,7 @@ impl CommandStats {
     /// the reply. (The commands a script calls are counted under their own names too, so a sum
     /// over every command would count them twice.)
     pub(crate) fn script_usec_since(&self, earlier: &CommandStats) -> u64 {
-        self.deltas(earlier)
-            .filter(|(name, _, _)| matches!(*name, "evalsha" | "eval"))
-            .map(|(_, _, usec)| usec)
-            .sum()
+        self.usec_since(earlier, true)
     }
 
     /// Microseconds Redis spent running every command but the script calls since `earlier`, each
@@ -136,8 +133,13 @@ impl CommandStats {
     /// [`script_usec_since`](Self::script_usec_since) for a script's whole time, which includes the
     /// commands it called).
     pub(crate) fn command_usec_since(&self, earlier: &CommandStats) -> u64 {
+        self.usec_since(earlier, false)
+    }
+
+    /// The `usec` since `earlier` of the script calls (`scripts`) or of every other command.
+    fn usec_since(&self, earlier: &CommandStats, scripts: bool) -> u64 {
         self.deltas(earlier)
-            .filter(|(name, _, _)| !matches!(*name, "evalsha" | "eval"))
+            .filter(|(name, _, _)| matches!(*name, "evalsha" | "eval") == scripts)
             .map(|(_, _, usec)| usec)
             .sum()
     }

@@ -1,7 +1,8 @@
 //! One side of S1 alone, for a profiler: `leasehold` (`try_acquire` + release of one free name),
 //! `leasehold-wait` (`acquire` with a 30 s bound + release) or the baseline (`SET NX PX` + a
-//! compare-and-delete script), on a Redis of your choosing, for a time or a number of cycles. `leasehold bench` alternates both in one process, which a profiler cannot tell
-//! apart; this runs one.
+//! compare-and-delete script), on a Redis of your choosing, for a time or a number of cycles.
+//! `leasehold bench` alternates the sides in one process, which a profiler cannot tell apart; this
+//! runs one.
 //!
 //! ```sh
 //! cargo build --profile profiling -p leasehold-lab --example s1_one_side

@@ -24,6 +24,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
 
 use super::cluster::ClusterConn;
+use super::direct::{DirectPool, Take};
 use super::node::{self, is_blocking, is_connection_failure, server_error};
 use super::sentinel::SentinelConn;
 
@@ -68,6 +69,9 @@ impl<C: ConnectionLike + Send> ConnectionLike for Counted<C> {
 pub(crate) enum Route {
     /// One server, reconnected to in place.
     Standalone(ConnectionManager),
+    /// One server: single requests on direct connections while there are some, the rest on its
+    /// reconnecting multiplexed connection (`direct.rs`).
+    Direct(DirectRoute),
     /// The primary the sentinels name now, followed across failovers.
     Sentinel(SentinelConn),
     /// The master serving each command's key.
@@ -80,6 +84,7 @@ impl ConnectionLike for Route {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Route::Standalone(c) => c.req_packed_command(cmd),
+            Route::Direct(c) => c.req_packed_command(cmd),
             Route::Sentinel(c) => c.req_packed_command(cmd),
             Route::Cluster(c) => c.req_packed_command(cmd),
             Route::Node(c) => c.req_packed_command(cmd),
@@ -94,6 +99,7 @@ impl ConnectionLike for Route {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Route::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Route::Direct(c) => c.manager.req_packed_commands(pipeline, offset, count),
             Route::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
             Route::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             Route::Node(c) => c.req_packed_commands(pipeline, offset, count),
@@ -103,10 +109,42 @@ impl ConnectionLike for Route {
     fn get_db(&self) -> i64 {
         match self {
             Route::Standalone(c) => c.get_db(),
+            Route::Direct(c) => c.manager.get_db(),
             Route::Sentinel(c) => c.get_db(),
             Route::Cluster(c) => c.get_db(),
             Route::Node(c) => c.get_db(),
         }
+    }
+}
+
+/// One server's shared connection with direct connections beside it.
+#[derive(Clone)]
+pub(crate) struct DirectRoute {
+    /// The direct connections.
+    pub(crate) pool: Arc<DirectPool>,
+    /// The multiplexed connection: pipelines, and single requests when no direct one is free.
+    pub(crate) manager: ConnectionManager,
+}
+
+impl DirectRoute {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let con = match self.pool.take() {
+                Take::Idle(con) => con,
+                Take::Open => match self.pool.open().await {
+                    Ok(con) => con,
+                    // The multiplexed connection says what is wrong, or gets through.
+                    Err(_) => return self.manager.req_packed_command(cmd).await,
+                },
+                Take::Full => return self.manager.req_packed_command(cmd).await,
+            };
+            let r = self.pool.request(con, cmd).await;
+            if r.as_ref().is_err_and(is_connection_failure) {
+                // Opened to the same server, perhaps before it restarted: suspect too.
+                self.pool.clear();
+            }
+            r
+        })
     }
 }
 

@@ -30,6 +30,7 @@ mod cluster;
 pub(super) mod conn;
 mod connect;
 mod contended;
+mod direct;
 pub(crate) mod errors;
 pub(crate) mod health;
 mod inspect;
@@ -169,7 +170,8 @@ impl RedisStore {
         fut: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
         match self.shared.con {
-            Route::Standalone(_) => fut.await.map_err(redis_error(phase)),
+            // Direct connections bound each request by the same response timeout.
+            Route::Standalone(_) | Route::Direct(_) => fut.await.map_err(redis_error(phase)),
             _ => within(phase, self.limit(), fut).await,
         }
     }

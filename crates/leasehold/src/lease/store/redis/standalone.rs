@@ -12,7 +12,8 @@ use redis::AsyncConnectionConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::conn::{manager_config, Nodes, Route};
+use super::conn::{manager_config, DirectRoute, Nodes, Route};
+use super::direct::DirectPool;
 use super::errors::{self, within};
 use super::health;
 use crate::error::{Error, Phase, Result};
@@ -65,8 +66,15 @@ pub(super) async fn connect(
     )
     .await?;
     round_trips.fetch_add(1, Ordering::Relaxed);
+    let route = match DirectPool::for_client(&client, connect_timeout, response_timeout) {
+        Some(pool) => Route::Direct(DirectRoute {
+            pool: Arc::new(pool),
+            manager,
+        }),
+        None => Route::Standalone(manager),
+    };
     Ok((
-        Route::Standalone(manager),
+        route,
         Nodes::Standalone {
             client: Box::new(client),
         },

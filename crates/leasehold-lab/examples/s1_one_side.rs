@@ -183,7 +183,11 @@ impl Direct {
         let addr = url.trim_start_matches("redis://").trim_end_matches('/');
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(Direct { stream, out: Vec::with_capacity(256), buf: Vec::with_capacity(256) })
+        Ok(Direct {
+            stream,
+            out: Vec::with_capacity(256),
+            buf: Vec::with_capacity(256),
+        })
     }
 
     async fn request(&mut self, cmd: &redis::Cmd) -> anyhow::Result<redis::Value> {
@@ -220,8 +224,14 @@ async fn direct_cycle(con: &mut Direct, release: &redis::Script) -> anyhow::Resu
         .await?;
     anyhow::ensure!(set != redis::Value::Nil, "the baseline's name was busy");
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(release.get_hash()).arg(1).arg("bench-baseline:s1-one-side").arg(&token);
+    cmd.arg(release.get_hash())
+        .arg(1)
+        .arg("bench-baseline:s1-one-side")
+        .arg(&token);
     let deleted = con.request(&cmd).await?;
-    anyhow::ensure!(deleted == redis::Value::Int(1), "the baseline lock was lost: {deleted:?}");
+    anyhow::ensure!(
+        deleted == redis::Value::Int(1),
+        "the baseline lock was lost: {deleted:?}"
+    );
     Ok(())
 }

@@ -396,7 +396,12 @@ mod tests {
 
     #[test]
     fn garbage_ends_at_its_line_and_the_parser_refuses_it() {
-        for garbage in [&b"$abc\r\n"[..], b"?what\r\n", b"*x\r\n", b"$99999999999999999999\r\n"] {
+        for garbage in [
+            &b"$abc\r\n"[..],
+            b"?what\r\n",
+            b"*x\r\n",
+            b"$99999999999999999999\r\n",
+        ] {
             let end = reply_end(garbage, 0).expect("framed at the line");
             assert_eq!(end, garbage.len());
             assert!(

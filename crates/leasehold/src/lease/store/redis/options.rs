@@ -22,6 +22,12 @@ pub struct RedisOptions {
     /// lost ([`LostReason::Evicted`](crate::LostReason::Evicted)) at its next renewal. Use fenced
     /// writes on such a Redis.
     pub allow_eviction: bool,
+    /// Send every request on the one multiplexed connection. By default a client of one server
+    /// (`redis://`, without TLS or RESP3) sends its single requests (the scripts of an acquire, a
+    /// release, a renewal) on up to eight direct connections beside it, which cost less client
+    /// CPU and latency than a multiplexed connection's hand-off to its own task; set this for a
+    /// server that limits connections per client tightly.
+    pub multiplexed_only: bool,
 }
 
 impl RedisOptions {
@@ -29,6 +35,13 @@ impl RedisOptions {
     #[must_use]
     pub const fn allow_eviction(mut self, allow: bool) -> Self {
         self.allow_eviction = allow;
+        self
+    }
+
+    /// Sets [`multiplexed_only`](Self::multiplexed_only).
+    #[must_use]
+    pub const fn multiplexed_only(mut self, only: bool) -> Self {
+        self.multiplexed_only = only;
         self
     }
 

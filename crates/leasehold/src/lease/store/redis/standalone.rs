@@ -66,7 +66,10 @@ pub(super) async fn connect(
     )
     .await?;
     round_trips.fetch_add(1, Ordering::Relaxed);
-    let route = match DirectPool::for_client(&client, connect_timeout, response_timeout) {
+    let direct = (!super::RedisOptions::of(settings).multiplexed_only)
+        .then(|| DirectPool::for_client(&client, connect_timeout, response_timeout))
+        .flatten();
+    let route = match direct {
         Some(pool) => Route::Direct(DirectRoute {
             pool: Arc::new(pool),
             manager,

@@ -1,6 +1,7 @@
-//! Connections to Redis, whatever its topology: the shared multiplexed handle every non-blocking
-//! request goes through ([`Shared`]: one server, the primary Sentinel names now, or the master of
-//! each key's slot in a cluster), dedicated connections for blocking commands (`BLPOP`, `WAIT`) on
+//! Connections to Redis, whatever its topology: the shared handle every non-blocking request goes
+//! through ([`Shared`]: one server, where single requests go on direct connections while some are
+//! free (`direct.rs`), the primary Sentinel names now, or the master of each key's slot in a
+//! cluster), dedicated connections for blocking commands (`BLPOP`, `WAIT`) on
 //! the node that holds the key ([`BlockingPool::get_for`]), and the round-trip counter. Every
 //! connection has connect and response timeouts, so a stopped server never hangs a call forever.
 //!
@@ -131,7 +132,7 @@ impl DirectRoute {
         Box::pin(async move {
             let con = match self.pool.take() {
                 Take::Idle(con) => con,
-                Take::Open => match self.pool.open().await {
+                Take::Open(place) => match self.pool.open(place).await {
                     Ok(con) => con,
                     // The multiplexed connection says what is wrong, or gets through.
                     Err(_) => return self.manager.req_packed_command(cmd).await,

@@ -12,6 +12,9 @@
 //! reply was read whole: one whose request timed out, failed or was cancelled is dropped, as a
 //! dedicated connection is, since a reply may still be due.
 //!
+//! Opening a connection (and its `AUTH`/`SELECT`) is not counted as a request, as the multiplexed
+//! connection's reconnects are not.
+//!
 //! Limit: plain TCP and RESP2 only (TLS, a Unix socket or RESP3 use the multiplexed connection for
 //! everything); the setup is `AUTH` and `SELECT` as the URL asks, nothing else (no client name). At
 //! most [`MAX_DIRECT`] connections per client, on top of the multiplexed one.
@@ -130,22 +133,21 @@ impl DirectPool {
                 .open
                 .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Take::Open,
+                Ok(_) => return Take::Open(Reserved(self.open.clone())),
                 Err(now) => n = now,
             }
         }
         Take::Full
     }
 
-    /// Opens a connection in the place [`take`](Self::take) reserved (`Take::Open`); on failure the
-    /// place is freed.
-    pub(crate) async fn open(&self) -> RedisResult<DirectConn> {
-        // The place is counted from here: a failure (or cancellation) below frees it with the drop.
-        let reserved = Reserved(self.open.clone());
+    /// Opens a connection in the place [`take`](Self::take) reserved; a failure (or a cancellation)
+    /// frees the place.
+    pub(crate) async fn open(&self, reserved: Reserved) -> RedisResult<DirectConn> {
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
             .await
             .map_err(|_| timed_out())??;
         stream.set_nodelay(true)?;
+        // The connection holds the place from here (its drop frees it).
         std::mem::forget(reserved);
         let mut con = DirectConn {
             stream,
@@ -189,13 +191,13 @@ pub(crate) enum Take {
     /// An idle connection.
     Idle(DirectConn),
     /// None idle, and a place reserved to open one ([`DirectPool::open`]).
-    Open,
+    Open(Reserved),
     /// None idle and no place: use the multiplexed connection.
     Full,
 }
 
 /// A place reserved in the pool's count, freed when dropped before a connection takes it over.
-struct Reserved(Arc<AtomicUsize>);
+pub(crate) struct Reserved(Arc<AtomicUsize>);
 
 impl Drop for Reserved {
     fn drop(&mut self) {

@@ -19,7 +19,7 @@
 //! taken by other `SET NX PX` clients exclude and are excluded, but do not queue: they may take a free
 //! lock before a waiter whose refresh has not come yet.
 //!
-//! Layout: `keys`, `errors`, `health`, `conn`, `node`, `acl`, `scripts` (the family's one set, which
+//! Layout: `keys`, `errors`, `health`, `conn` (with `direct`), `node`, `acl`, `scripts` (the family's one set, which
 //! every topology uses: `standalone`, `sentinel`, `cluster` (`topology` picks one from the URL) and
 //! `redlock`, several independent masters); this store's own steps: `queue` (a waiting acquire's
 //! round trip), `replicas` (`WAIT`), `renewal` (batches), `changes`, `inspect`, `options`.
@@ -161,7 +161,9 @@ impl RedisStore {
 
     /// `fut`, a request on the shared connection, within [`limit`](Self::limit). A standalone
     /// server's connection manager bounds every request itself (the response timeout; a reconnect
-    /// by the connect timeout, tried twice), which runs out first with the default timeouts: there
+    /// by the connect timeout, tried twice), and so does a direct connection (the connect timeout to
+    /// open one, the response timeout for the reply; one that cannot be opened hands the request to
+    /// the manager), which runs out first with the default timeouts: there
     /// the request goes without a second timer, which cost ~7 % of the client's instructions per
     /// uncontended cycle. Sentinel and Cluster routes get the timer.
     async fn on_shared<T>(

@@ -1,0 +1,167 @@
+//! One server's direct connections (`redis/direct.rs`): a reply still due on a connection whose
+//! request was given up is never read as the answer to the next request; credentials and the
+//! database number reach every direct connection; many requests at once stay within the bound and
+//! overflow onto the multiplexed connection; `RedisOptions::multiplexed_only` opens none.
+
+mod lease_support;
+
+use std::io::{Read, Write};
+
+use lease_support::*;
+use leasehold::lease::store::redis::RedisOptions;
+use leasehold::LeaseClient;
+use leasehold_testkit::RedisServer;
+
+/// `n` names starting with `prefix`.
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// The client connections the server counts (`CLIENT LIST TYPE normal`), the caller's own included.
+fn clients(srv: &RedisServer) -> usize {
+    let mut admin = srv.connection().unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut admin)
+        .unwrap();
+    list.lines().count()
+}
+
+/// The hazard the pool guards against, on a raw socket: a request sent to a stopped server and
+/// given up leaves its reply due, and the next request on that connection reads it.
+#[test]
+fn a_connection_reused_after_a_given_up_request_reads_the_old_reply() {
+    let mut srv = server();
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", srv.port())).unwrap();
+    raw.set_read_timeout(Some(ms(200))).unwrap();
+    srv.pause().unwrap();
+    raw.write_all(b"*2\r\n$4\r\nECHO\r\n$5\r\nfirst\r\n")
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        raw.read(&mut buf).is_err(),
+        "a stopped server answers nothing"
+    );
+    srv.resume().unwrap();
+    // Given up; the next request on the same connection.
+    raw.write_all(b"*2\r\n$4\r\nECHO\r\n$6\r\nsecond\r\n")
+        .unwrap();
+    std::thread::sleep(ms(100));
+    let n = raw.read(&mut buf).unwrap();
+    assert!(
+        buf[..n].starts_with(b"$5\r\nfirst\r\n"),
+        "the old reply comes first: {:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+}
+
+/// The same through leasehold: requests given up while the server was stopped leave nothing behind
+/// that a later request could read. Every later acquire gets its own lease (its own token in the
+/// lock key, a fence above the last), and every release finds it.
+#[tokio::test]
+async fn a_reply_still_due_is_never_read_by_the_next_request() {
+    let o = opts(5_000);
+    let mut srv = server();
+    let c = client(&srv).await;
+    // Open a few direct connections, then leave them idle in the pool.
+    let warm: Vec<_> =
+        futures::future::join_all(names("warm", 4).iter().map(|n| c.try_acquire(n, &o))).await;
+    let mut last_fence = 0;
+    for lease in warm {
+        let lease = lease.unwrap();
+        last_fence = last_fence.max(lease.fence().get());
+        lease.release().await.unwrap();
+    }
+
+    let late = names("late", 6);
+    srv.pause().unwrap();
+    let given_up = futures::future::join_all(late.iter().map(|n| {
+        let (c, o) = (&c, &o);
+        async move { tokio::time::timeout(ms(100), c.try_acquire(n, o)).await }
+    }))
+    .await;
+    assert!(given_up.iter().all(|r| r.is_err()), "all given up");
+    srv.resume().unwrap();
+
+    for round in 0..20 {
+        let name = format!("after-{round}");
+        let lease = c.try_acquire(name.as_str(), &opts(5_000)).await.unwrap();
+        assert_eq!(
+            raw_get(&srv, &lock_key(&lease)).as_deref(),
+            Some(lease.token()),
+            "round {round}: the lock holds this acquire's token"
+        );
+        assert!(lease.fence().get() > last_fence, "round {round}");
+        last_fence = lease.fence().get();
+        let key = lock_key(&lease);
+        lease.release().await.unwrap();
+        assert_eq!(raw_get(&srv, &key), None, "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn credentials_and_the_database_number_reach_the_direct_connections() {
+    let o = opts(5_000);
+    let srv = RedisServer::builder()
+        .acl_user("worker", "s3cret")
+        .start()
+        .unwrap();
+    let url = format!("{}5", srv.url()); // redis://worker:s3cret@127.0.0.1:PORT/5
+    let c = LeaseClient::builder(url)
+        .response_timeout(ms(500))
+        .connect_timeout(ms(500))
+        .connect()
+        .await
+        .unwrap();
+    let leases =
+        futures::future::join_all(names("db", 4).iter().map(|n| c.try_acquire(n, &o))).await;
+    let mut admin = srv.connection().unwrap();
+    for lease in leases {
+        let lease = lease.unwrap();
+        let key = lock_key(&lease);
+        let in_0: Option<String> = redis::cmd("GET").arg(&key).query(&mut admin).unwrap();
+        redis::cmd("SELECT").arg(5).exec(&mut admin).unwrap();
+        let in_5: Option<String> = redis::cmd("GET").arg(&key).query(&mut admin).unwrap();
+        redis::cmd("SELECT").arg(0).exec(&mut admin).unwrap();
+        assert_eq!(in_0, None, "written to database 0");
+        assert_eq!(in_5.as_deref(), Some(lease.token()));
+        lease.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn many_requests_at_once_stay_within_the_bound_and_all_succeed() {
+    let o = opts(5_000);
+    let srv = server();
+    let before = clients(&srv);
+    let c = client(&srv).await;
+    for _ in 0..3 {
+        let leases =
+            futures::future::join_all(names("many", 64).iter().map(|n| c.try_acquire(n, &o))).await;
+        let leases: Vec<_> = leases.into_iter().map(Result::unwrap).collect();
+        futures::future::join_all(leases.into_iter().map(|l| l.release()))
+            .await
+            .into_iter()
+            .for_each(|r| r.unwrap());
+    }
+    // The multiplexed connection, the first dedicated one (kept from connect), at most 8 direct.
+    let opened = clients(&srv) - before;
+    assert!((2..=10).contains(&opened), "{opened} connections");
+
+    // Kept on the multiplexed connection: nothing more than the two.
+    let before = clients(&srv);
+    let only = LeaseClient::builder(srv.url())
+        .store_options(RedisOptions::default().multiplexed_only(true))
+        .connect()
+        .await
+        .unwrap();
+    let leases =
+        futures::future::join_all(names("only", 64).iter().map(|n| only.try_acquire(n, &o))).await;
+    for l in leases {
+        l.unwrap().release().await.unwrap();
+    }
+    let opened = clients(&srv) - before;
+    assert!(opened <= 2, "{opened} connections");
+}

@@ -95,28 +95,6 @@ async fn main() -> anyhow::Result<()> {
                 done += 1;
             }
         }
-        "baseline-direct" => {
-            let mut con = Direct::connect(&url).await?;
-            let release = redis::Script::new(
-                "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-                 return redis.call('DEL', KEYS[1]) else return 0 end",
-            );
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(
-                "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-                 return redis.call('DEL', KEYS[1]) else return 0 end",
-            );
-            let _ = con.request(&load).await?;
-            for _ in 0..length.warm_up() {
-                direct_cycle(&mut con, &release).await?;
-            }
-            pause(length).await;
-            started = Instant::now();
-            while length.more(started, done) {
-                direct_cycle(&mut con, &release).await?;
-                done += 1;
-            }
-        }
         other => anyhow::bail!("{other:?}: the side is leasehold, leasehold-wait or baseline"),
     }
     let secs = started.elapsed().as_secs_f64();
@@ -168,70 +146,5 @@ async fn baseline_cycle(
         .invoke_async(con)
         .await?;
     anyhow::ensure!(deleted == 1, "the baseline lock was lost");
-    Ok(())
-}
-
-/// EXPERIMENT: a connection driven by the caller's task (no driver task).
-struct Direct {
-    stream: tokio::net::TcpStream,
-    out: Vec<u8>,
-    buf: Vec<u8>,
-}
-
-impl Direct {
-    async fn connect(url: &str) -> anyhow::Result<Self> {
-        let addr = url.trim_start_matches("redis://").trim_end_matches('/');
-        let stream = tokio::net::TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok(Direct {
-            stream,
-            out: Vec::with_capacity(256),
-            buf: Vec::with_capacity(256),
-        })
-    }
-
-    async fn request(&mut self, cmd: &redis::Cmd) -> anyhow::Result<redis::Value> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        self.out.clear();
-        cmd.write_packed_command(&mut self.out);
-        self.stream.write_all(&self.out).await?;
-        self.buf.clear();
-        loop {
-            let mut chunk = [0u8; 512];
-            let n = self.stream.read(&mut chunk).await?;
-            anyhow::ensure!(n > 0, "closed");
-            self.buf.extend_from_slice(&chunk[..n]);
-            if self.buf.ends_with(b"\r\n") {
-                if let Ok(v) = redis::parse_redis_value(&self.buf) {
-                    return Ok(v);
-                }
-            }
-        }
-    }
-}
-
-async fn direct_cycle(con: &mut Direct, release: &redis::Script) -> anyhow::Result<()> {
-    let token = format!("{:032x}", rand::random::<u128>());
-    let set = con
-        .request(
-            redis::cmd("SET")
-                .arg("bench-baseline:s1-one-side")
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000u64),
-        )
-        .await?;
-    anyhow::ensure!(set != redis::Value::Nil, "the baseline's name was busy");
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(release.get_hash())
-        .arg(1)
-        .arg("bench-baseline:s1-one-side")
-        .arg(&token);
-    let deleted = con.request(&cmd).await?;
-    anyhow::ensure!(
-        deleted == redis::Value::Int(1),
-        "the baseline lock was lost: {deleted:?}"
-    );
     Ok(())
 }

@@ -118,6 +118,19 @@ async fn credentials_and_the_database_number_reach_the_direct_connections() {
     let leases =
         futures::future::join_all(names("db", 4).iter().map(|n| c.try_acquire(n, &o))).await;
     let mut admin = srv.connection().unwrap();
+    // The multiplexed connection and the first dedicated one, and direct ones beside them: all
+    // authenticated as the URL's user, on its database.
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut admin)
+        .unwrap();
+    let on_5 = list
+        .lines()
+        .filter(|l| l.contains(" db=5 ") && l.contains(" user=worker "))
+        .count();
+    assert!(on_5 >= 3, "direct connections on database 5:\n{list}");
     for lease in leases {
         let lease = lease.unwrap();
         let key = lock_key(&lease);

@@ -35,10 +35,8 @@ pub(crate) const MAX_DIRECT: usize = 8;
 pub(crate) struct DirectPool {
     /// `host:port`.
     addr: String,
-    /// What a new connection sends first (`AUTH`, `SELECT`), pipelined; empty when nothing.
-    setup: Vec<u8>,
-    /// How many replies `setup` asks for.
-    setup_replies: usize,
+    /// What a new connection sends first (`AUTH`, `SELECT`), one command after the other.
+    setup: Vec<Cmd>,
     connect_timeout: Duration,
     response_timeout: Duration,
     /// Idle connections, most recently used last.
@@ -90,21 +88,18 @@ impl DirectPool {
             return None;
         }
         let mut setup = Vec::new();
-        let mut setup_replies = 0;
         if let Some(password) = settings.password() {
             let mut auth = redis::cmd("AUTH");
             if let Some(user) = settings.username() {
                 auth.arg(user);
             }
             auth.arg(password);
-            auth.write_packed_command(&mut setup);
-            setup_replies += 1;
+            setup.push(auth);
         }
         if settings.db() != 0 {
-            redis::cmd("SELECT")
-                .arg(settings.db())
-                .write_packed_command(&mut setup);
-            setup_replies += 1;
+            let mut select = redis::cmd("SELECT");
+            select.arg(settings.db());
+            setup.push(select);
         }
         let addr = if host.contains(':') {
             format!("[{host}]:{port}")
@@ -114,7 +109,6 @@ impl DirectPool {
         Some(DirectPool {
             addr,
             setup,
-            setup_replies,
             connect_timeout,
             response_timeout,
             idle: Mutex::new(Vec::new()),
@@ -156,12 +150,9 @@ impl DirectPool {
             parser: redis::Parser::new(),
             open: self.open.clone(),
         };
-        if self.setup_replies > 0 {
-            con.stream.write_all(&self.setup).await?;
-            for _ in 0..self.setup_replies {
-                if let Value::ServerError(e) = con.read_reply().await? {
-                    return Err(e.into());
-                }
+        for cmd in &self.setup {
+            if let Value::ServerError(e) = con.request(cmd).await? {
+                return Err(e.into());
             }
         }
         Ok(con)

@@ -101,6 +101,50 @@ async fn a_reply_still_due_is_never_read_by_the_next_request() {
     }
 }
 
+/// A server with an idle `timeout` closes the pooled connections; the next requests open new ones
+/// instead of failing on a closed one. The multiplexed connection alone, for comparison, fails the
+/// first request after the close (its manager learns of the close from that request) and then
+/// reconnects.
+#[tokio::test]
+async fn connections_the_server_closed_while_idle_are_not_used() {
+    let srv = RedisServer::builder()
+        .arg("--timeout")
+        .arg("1")
+        .start()
+        .unwrap();
+    let o = opts(5_000);
+    for only in [false, true] {
+        let c = LeaseClient::builder(srv.url())
+            .response_timeout(ms(500))
+            .connect_timeout(ms(500))
+            .store_options(RedisOptions::default().multiplexed_only(only))
+            .connect()
+            .await
+            .unwrap();
+        let leases =
+            futures::future::join_all(names("idle", 4).iter().map(|n| c.try_acquire(n, &o))).await;
+        for l in leases {
+            l.unwrap().release().await.unwrap();
+        }
+        // The server closes connections idle for more than a second (checked about ten times a
+        // second).
+        tokio::time::sleep(ms(2_500)).await;
+        let mut failed = Vec::new();
+        for name in names("after-idle", 4) {
+            match c.try_acquire(&name, &o).await {
+                Ok(lease) => lease.release().await.unwrap(),
+                Err(e) => failed.push(format!("{name}: {e}")),
+            }
+        }
+        if only {
+            assert_eq!(failed.len(), 1, "multiplexed only: {failed:?}");
+            assert!(failed[0].starts_with("after-idle-0"), "{failed:?}");
+        } else {
+            assert!(failed.is_empty(), "direct: {failed:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn credentials_and_the_database_number_reach_the_direct_connections() {
     let o = opts(5_000);

@@ -12,6 +12,9 @@
 //! reply was read whole: one whose request timed out, failed or was cancelled is dropped, as a
 //! dedicated connection is, since a reply may still be due.
 //!
+//! An idle connection the server closed (its idle `timeout`, a restart) is seen when it is taken
+//! from the pool and dropped there, before a request is sent on it.
+//!
 //! Opening a connection (and its `AUTH`/`SELECT`) is not counted as a request, as the multiplexed
 //! connection's reconnects are not.
 //!
@@ -118,8 +121,13 @@ impl DirectPool {
 
     /// An idle connection, else a place reserved to open one, else [`Take::Full`].
     pub(crate) fn take(&self) -> Take {
-        if let Some(con) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Take::Idle(con);
+        loop {
+            let Some(con) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() else {
+                break;
+            };
+            if con.still_open() {
+                return Take::Idle(con);
+            }
         }
         let mut n = self.open.load(Ordering::Acquire);
         while n < MAX_DIRECT {
@@ -201,6 +209,15 @@ fn timed_out() -> RedisError {
 }
 
 impl DirectConn {
+    /// Whether the server has not closed this idle connection (a server with an idle `timeout`
+    /// closes it; so does a restart). Nothing is due on an idle connection, so anything readable is
+    /// the close (or garbage): either way it is dropped. Costs nothing while the socket has not
+    /// become readable.
+    fn still_open(&self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
     async fn request(&mut self, cmd: &Cmd) -> RedisResult<Value> {
         self.out.clear();
         cmd.write_packed_command(&mut self.out);

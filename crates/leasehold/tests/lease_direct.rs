@@ -17,16 +17,20 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
-/// The client connections the server counts (`CLIENT LIST TYPE normal`), the caller's own included.
-fn clients(srv: &RedisServer) -> usize {
+/// The server's `CLIENT LIST TYPE normal`: a line per client connection, the caller's own included.
+fn client_list(srv: &RedisServer) -> String {
     let mut admin = srv.connection().unwrap();
-    let list: String = redis::cmd("CLIENT")
+    redis::cmd("CLIENT")
         .arg("LIST")
         .arg("TYPE")
         .arg("normal")
         .query(&mut admin)
-        .unwrap();
-    list.lines().count()
+        .unwrap()
+}
+
+/// How many client connections the server counts, the caller's own included.
+fn clients(srv: &RedisServer) -> usize {
+    client_list(srv).lines().count()
 }
 
 /// The hazard the pool guards against, on a raw socket: a request sent to a stopped server and
@@ -164,12 +168,7 @@ async fn credentials_and_the_database_number_reach_the_direct_connections() {
     let mut admin = srv.connection().unwrap();
     // The multiplexed connection and the first dedicated one, and direct ones beside them: all
     // authenticated as the URL's user, on its database.
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("TYPE")
-        .arg("normal")
-        .query(&mut admin)
-        .unwrap();
+    let list = client_list(&srv);
     let on_5 = list
         .lines()
         .filter(|l| l.contains(" db=5 ") && l.contains(" user=worker "))

@@ -69,7 +69,7 @@ impl<C: ConnectionLike + Send> ConnectionLike for Counted<C> {
 #[derive(Clone)]
 pub(crate) enum Route {
     /// One server, reconnected to in place.
-    Standalone(ConnectionManager),
+    Standalone(Reconnecting),
     /// One server: single requests on direct connections while there are some, the rest on its
     /// reconnecting multiplexed connection (`direct.rs`).
     Direct(DirectRoute),
@@ -124,7 +124,7 @@ pub(crate) struct DirectRoute {
     /// The direct connections.
     pub(crate) pool: Arc<DirectPool>,
     /// The multiplexed connection: pipelines, and single requests when no direct one is free.
-    pub(crate) manager: ConnectionManager,
+    pub(crate) manager: Reconnecting,
 }
 
 impl DirectRoute {
@@ -146,6 +146,92 @@ impl DirectRoute {
             }
             r
         })
+    }
+}
+
+/// One server's multiplexed connection, reconnected to in place. On the one-server store, a
+/// request that finds the connection dropped (the server closed it while it sat idle, by its
+/// `timeout`, or restarted) is sent once more, on the connection the manager opens again, and
+/// counted again: the manager learns of a close only from the request that meets it, and would
+/// fail that request.
+///
+/// Limit: the request may have run before the connection dropped, so it may run twice; only
+/// requests with the effect of running once when run twice go on a shared connection (the lease
+/// scripts, reads, `PUBLISH`). A timeout is not a drop: it is never sent again here. A Redlock
+/// master's connection sends nothing again ([`Reconnecting::failing_fast`]).
+#[derive(Clone)]
+pub(crate) struct Reconnecting {
+    /// The connection and its reconnects.
+    manager: ConnectionManager,
+    /// Requests sent, shared with the store, when a request that found the connection dropped is
+    /// sent again (a request sent again counts again); `None`: it fails.
+    resend: Option<Arc<AtomicU64>>,
+}
+
+impl Reconnecting {
+    /// The one server's connection: a request that found it dropped is sent again once.
+    pub(crate) fn resending(manager: ConnectionManager, count: Arc<AtomicU64>) -> Self {
+        Reconnecting {
+            manager,
+            resend: Some(count),
+        }
+    }
+
+    /// A Redlock master's connection: a request that found it dropped fails at once, so the
+    /// quorum goes on without that master. Sent again, it could arrive after the master came back
+    /// and hold the name there after its holder released it on the others.
+    pub(crate) fn failing_fast(manager: ConnectionManager) -> Self {
+        Reconnecting {
+            manager,
+            resend: None,
+        }
+    }
+
+    fn again(&self, e: &redis::RedisError) -> bool {
+        match &self.resend {
+            Some(count) if e.is_connection_dropped() => {
+                count.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl ConnectionLike for Reconnecting {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            match self.manager.send_packed_command(cmd).await {
+                Err(e) if self.again(&e) => self.manager.send_packed_command(cmd).await,
+                r => r,
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            match self
+                .manager
+                .send_packed_commands(pipeline, offset, count)
+                .await
+            {
+                Err(e) if self.again(&e) => {
+                    self.manager
+                        .send_packed_commands(pipeline, offset, count)
+                        .await
+                }
+                r => r,
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.manager.get_db()
     }
 }
 

@@ -63,7 +63,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use self::conn::{BlockingPool, Dedicated, Route, Shared};
-use self::errors::{redis_error, within};
+use self::errors::{bounded, redis_error, within, Failure};
 use self::keys::LeaseKeys;
 use self::replies::{ask, given_up, granted_ttl, ms_reply, permits_in_use};
 use self::scripts::{AcquireReply, Tuning};
@@ -200,6 +200,47 @@ impl RedisStore {
             within(phase, self.response_timeout, scripts::load_all(&mut con)).await?;
         }
         Ok(con)
+    }
+
+    /// `call` and then `tail` (a blocking command) pipelined on a dedicated connection for `key`,
+    /// bounded by `limit`: the connection (for the pool, or for a command after these), when they
+    /// were sent, and a reply per command. A connection taken from the pool that turns out closed
+    /// (the server's idle `timeout`, a restart) costs no failure: the others are dropped as
+    /// suspect and the pipeline goes once more, at once, on a new connection (the script is safe
+    /// to run twice). On any failure the pool is emptied.
+    async fn on_dedicated(
+        &self,
+        phase: Phase,
+        key: &str,
+        limit: Duration,
+        call: scripts::Call,
+        tail: redis::Cmd,
+    ) -> Result<(Dedicated, Instant, Vec<redis::RedisResult<redis::Value>>)> {
+        let mut con = self.dedicated(phase, key).await?;
+        let mut sent = Instant::now();
+        let send = async |con: &mut Dedicated| {
+            bounded(
+                limit,
+                scripts::pipeline(con, [call.clone()], Some(tail.clone())),
+            )
+            .await
+        };
+        let mut replies = send(&mut con).await;
+        if !con.is_fresh()
+            && matches!(&replies, Err(Failure::Redis(e)) if e.is_connection_dropped())
+        {
+            self.blocking.clear();
+            con = self.dedicated(phase, key).await?;
+            sent = Instant::now();
+            replies = send(&mut con).await;
+        }
+        match replies {
+            Ok(replies) => Ok((con, sent, replies)),
+            Err(f) => {
+                self.blocking.clear();
+                Err(f.to_error(phase))
+            }
+        }
     }
 
     /// `INFO` on every data node, with each node's name.

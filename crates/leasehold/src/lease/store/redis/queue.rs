@@ -168,15 +168,10 @@ impl RedisStore {
             .arg(keys::wake_key(&self.prefix, req.name, req.token))
             // Never "0", which blocks forever.
             .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
-        let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
-        let sent = Instant::now();
-        let replies = within(
-            Phase::Acquire,
-            block + self.response_timeout * 2,
-            scripts::pipeline(&mut con, [inv], Some(blpop)),
-        )
-        .await
-        .inspect_err(|_| self.blocking.clear())?;
+        let limit = block + self.response_timeout * 2;
+        let (mut con, sent, replies) = self
+            .on_dedicated(Phase::Acquire, &lock_key, limit, inv, blpop)
+            .await?;
         let received = Instant::now();
         let mut replies = replies.into_iter();
         let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::errors::{redis_error, within};
+use super::errors::redis_error;
 use super::replies::{ask, given_up, granted_ttl, ms_reply, permits_in_use};
 use super::scripts::{self, AcquireReply};
 use super::RedisStore;
@@ -59,7 +59,6 @@ impl RedisStore {
     ) -> Result<Attempt> {
         let sent_at = Instant::now();
         let lock_key = self.lock_key(req.name);
-        let mut con = self.dedicated(Phase::Acquire, &lock_key).await?;
         let inv = scripts::acquire_at(
             &lock_key,
             req.token,
@@ -69,13 +68,10 @@ impl RedisStore {
             self.server_time.estimate(),
         );
         let limit = wait_timeout + self.response_timeout * 2;
-        let replies = within(
-            Phase::Acquire,
-            limit,
-            scripts::pipeline(&mut con, [inv], Some(wait_cmd(numreplicas, wait_timeout))),
-        )
-        .await
-        .inspect_err(|_| self.blocking.clear())?;
+        let wait = wait_cmd(numreplicas, wait_timeout);
+        let (con, _, replies) = self
+            .on_dedicated(Phase::Acquire, &lock_key, limit, inv, wait)
+            .await?;
         self.blocking.put(con);
         let mut replies = replies.into_iter();
         let reply = AcquireReply::from_value(replies.next().unwrap_or(Ok(redis::Value::Nil)))

@@ -12,7 +12,7 @@ use redis::AsyncConnectionConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::conn::{manager_config, DirectRoute, Nodes, Route};
+use super::conn::{manager_config, DirectRoute, Nodes, Reconnecting, Route};
 use super::direct::DirectPool;
 use super::errors::{self, within};
 use super::health;
@@ -66,6 +66,7 @@ pub(super) async fn connect(
     )
     .await?;
     round_trips.fetch_add(1, Ordering::Relaxed);
+    let manager = Reconnecting::resending(manager, round_trips.clone());
     let direct = (!super::RedisOptions::of(settings).multiplexed_only)
         .then(|| DirectPool::for_client(&client, connect_timeout, response_timeout))
         .flatten();

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::lease::store::contract::Settings;
 use crate::lease::store::redis::acl::{self, Deployment};
 use crate::lease::store::redis::conn::{
-    manager_config, BlockingPool, Counted, Nodes, Route, Shared,
+    manager_config, BlockingPool, Counted, Nodes, Reconnecting, Route, Shared,
 };
 use crate::lease::store::redis::errors::{bounded, Failure};
 use crate::lease::store::redis::node as redis_node;
@@ -121,7 +121,7 @@ impl Node {
         Ok(Node {
             location,
             shared: Counted {
-                con: Route::Standalone(manager),
+                con: Route::Standalone(Reconnecting::failing_fast(manager)),
                 count: count.clone(),
             },
             blocking: BlockingPool::new(

@@ -216,15 +216,10 @@ impl RedisStore {
         call: scripts::Call,
         tail: redis::Cmd,
     ) -> Result<(Dedicated, Instant, Vec<redis::RedisResult<redis::Value>>)> {
+        let pipe = scripts::pipe_of([call], Some(tail));
         let mut con = self.dedicated(phase, key).await?;
         let mut sent = Instant::now();
-        let send = async |con: &mut Dedicated| {
-            bounded(
-                limit,
-                scripts::pipeline(con, [call.clone()], Some(tail.clone())),
-            )
-            .await
-        };
+        let send = async |con: &mut Dedicated| bounded(limit, scripts::send(con, &pipe)).await;
         let mut replies = send(&mut con).await;
         if !con.is_fresh()
             && matches!(&replies, Err(Failure::Redis(e)) if e.is_connection_dropped())

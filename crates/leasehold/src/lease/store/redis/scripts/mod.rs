@@ -689,6 +689,14 @@ pub(crate) async fn pipeline<C: ConnectionLike>(
     calls: impl IntoIterator<Item = Call>,
     tail: Option<redis::Cmd>,
 ) -> RedisResult<Vec<RedisResult<Value>>> {
+    send(con, &pipe_of(calls, tail)).await
+}
+
+/// The pipeline [`pipeline`] sends, to be sent by [`send`] (more than once if need be).
+pub(crate) fn pipe_of(
+    calls: impl IntoIterator<Item = Call>,
+    tail: Option<redis::Cmd>,
+) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for call in calls {
@@ -697,6 +705,14 @@ pub(crate) async fn pipeline<C: ConnectionLike>(
     if let Some(cmd) = tail {
         pipe.add_command(cmd);
     }
+    pipe
+}
+
+/// Sends `pipe` (made by [`pipe_of`]) as [`pipeline`] does.
+pub(crate) async fn send<C: ConnectionLike>(
+    con: &mut C,
+    pipe: &redis::Pipeline,
+) -> RedisResult<Vec<RedisResult<Value>>> {
     let mut values: Vec<Value> = pipe.query_async(con).await?;
     if values.iter().any(value_is_noscript) {
         for script in ALL {

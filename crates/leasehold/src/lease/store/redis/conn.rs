@@ -2,7 +2,8 @@
 //! through ([`Shared`]: one server, where single requests go on direct connections while some are
 //! free (`direct.rs`), the primary Sentinel names now, or the master of each key's slot in a
 //! cluster), dedicated connections for blocking commands (`BLPOP`, `WAIT`) on
-//! the node that holds the key ([`BlockingPool::get_for`]), and the round-trip counter. Every
+//! the node that holds the key ([`BlockingPool::get_for`]; direct ones to one server, as
+//! `direct.rs` says), and the round-trip counter. Every
 //! connection has connect and response timeouts, so a stopped server never hangs a call forever.
 //!
 //! Promise: a blocking command never runs on the shared handle, so it stalls nothing else; it runs
@@ -17,7 +18,7 @@
 //! sent again after a broken connection or a redirect may run twice; every lease script has the
 //! effect of running once when run twice.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
 
 use super::cluster::ClusterConn;
-use super::direct::{DirectPool, Take};
+use super::direct::{DirectConn, DirectPool, Take, Target};
 use super::node::{self, is_blocking, is_connection_failure, server_error};
 use super::sentinel::SentinelConn;
 
@@ -301,6 +302,9 @@ pub(crate) enum Nodes {
     Standalone {
         /// Its client (URL, credentials, TLS); boxed, it is large beside the other handles.
         client: Box<redis::Client>,
+        /// Where direct dedicated connections go, when they can be direct (`direct.rs`; plain
+        /// TCP, RESP2, not `multiplexed_only`); else they are multiplexed connections.
+        direct: Option<Arc<Target>>,
     },
     /// Whatever primary the sentinels name now.
     Sentinel(SentinelConn),
@@ -331,7 +335,7 @@ impl Nodes {
     /// A client for the node at `addr` (a redirect's target).
     fn client_at(&self, addr: &str) -> RedisResult<redis::Client> {
         match self {
-            Nodes::Standalone { client } => Ok((**client).clone()),
+            Nodes::Standalone { client, .. } => Ok((**client).clone()),
             Nodes::Sentinel(s) => s.data_client(addr),
             Nodes::Cluster(c) => c.client(addr),
         }
@@ -357,7 +361,9 @@ pub(crate) struct BlockingPool {
     /// Bound on opening a connection.
     connect_timeout: Duration,
     /// Idle connections and the address of their node, oldest first.
-    idle: Mutex<Vec<(String, MultiplexedConnection)>>,
+    idle: Mutex<Vec<(String, DedicatedCon)>>,
+    /// Direct dedicated connections open (counted for their drop; not bounded: one per wait).
+    direct_open: Arc<AtomicUsize>,
     /// Requests sent, shared with the store.
     count: Arc<AtomicU64>,
 }
@@ -379,6 +385,7 @@ impl BlockingPool {
             nodes: Arc::new(nodes),
             connect_timeout,
             idle: Mutex::new(Vec::new()),
+            direct_open: Arc::default(),
             count,
         }
     }
@@ -396,9 +403,16 @@ impl BlockingPool {
         let addr = self.nodes.addr_for(key.as_bytes()).await?;
         let reused = {
             let mut idle = self.idle.lock().expect("pool lock");
-            idle.iter()
-                .rposition(|(a, _)| *a == addr)
-                .map(|i| idle.remove(i).1)
+            loop {
+                let Some(i) = idle.iter().rposition(|(a, _)| *a == addr) else {
+                    break None;
+                };
+                let con = idle.remove(i).1;
+                // A direct one the server closed while it sat idle is seen here, at no cost.
+                if con.still_open() {
+                    break Some(con);
+                }
+            }
         };
         let fresh = reused.is_none();
         let con = match reused {
@@ -420,10 +434,19 @@ impl BlockingPool {
         })
     }
 
-    /// A new connection to the node at `addr`.
-    async fn open(&self, addr: &str) -> RedisResult<MultiplexedConnection> {
-        let client = self.nodes.client_at(addr)?;
+    /// A new connection to the node at `addr`: direct to the one server when it can be.
+    async fn open(&self, addr: &str) -> RedisResult<DedicatedCon> {
         self.count.fetch_add(1, Ordering::Relaxed);
+        if let Nodes::Standalone {
+            direct: Some(target),
+            ..
+        } = &*self.nodes
+        {
+            return Ok(DedicatedCon::Direct(
+                target.connect(self.direct_open.clone()).await?,
+            ));
+        }
+        let client = self.nodes.client_at(addr)?;
         open_dedicated(&client, self.connect_timeout).await
     }
 
@@ -434,7 +457,8 @@ impl BlockingPool {
     }
 
     /// Keeps `con`, a connection to the node at `addr` without a response timeout, for reuse.
-    pub(crate) fn put_idle(&self, addr: String, con: MultiplexedConnection) {
+    pub(crate) fn put_idle(&self, addr: String, con: impl Into<DedicatedCon>) {
+        let con = con.into();
         let mut idle = self.idle.lock().expect("pool lock");
         idle.push((addr, con));
         if idle.len() > MAX_IDLE_BLOCKING {
@@ -451,13 +475,70 @@ impl BlockingPool {
 async fn open_dedicated(
     client: &redis::Client,
     connect_timeout: Duration,
-) -> RedisResult<MultiplexedConnection> {
+) -> RedisResult<DedicatedCon> {
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(None);
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
+        .map(DedicatedCon::Multiplexed)
+}
+
+/// A dedicated connection: a multiplexed connection of its own, or (one server, plain TCP, RESP2)
+/// a direct one, whose caller reads the reply itself (`direct.rs`). Neither has a response
+/// timeout: the caller bounds each command.
+pub(crate) enum DedicatedCon {
+    /// A multiplexed connection used by one caller at a time.
+    Multiplexed(MultiplexedConnection),
+    /// A direct connection.
+    Direct(DirectConn),
+}
+
+impl From<MultiplexedConnection> for DedicatedCon {
+    fn from(con: MultiplexedConnection) -> Self {
+        DedicatedCon::Multiplexed(con)
+    }
+}
+
+impl DedicatedCon {
+    /// Whether the server has not closed it, as far as can be told without a request (a
+    /// multiplexed connection is taken to be open: a request on it finds out).
+    fn still_open(&self) -> bool {
+        match self {
+            DedicatedCon::Multiplexed(_) => true,
+            DedicatedCon::Direct(con) => con.still_open(),
+        }
+    }
+
+    async fn send_packed_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            DedicatedCon::Multiplexed(con) => con.send_packed_command(cmd).await,
+            DedicatedCon::Direct(con) => con.request(cmd).await,
+        }
+    }
+
+    async fn send_packed_commands(
+        &mut self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        match self {
+            DedicatedCon::Multiplexed(con) => {
+                con.send_packed_commands(pipeline, offset, count).await
+            }
+            DedicatedCon::Direct(con) => con.pipeline(pipeline, offset, count).await,
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            DedicatedCon::Multiplexed(con) => con.get_db(),
+            // The database the URL names, selected when it was opened.
+            DedicatedCon::Direct(con) => con.db(),
+        }
+    }
 }
 
 /// A dedicated connection to the node that held a key when it was taken from the pool. A request
@@ -470,7 +551,7 @@ pub(crate) struct Dedicated {
     /// The node's address (empty for a single server).
     addr: String,
     /// The connection, without a response timeout (callers bound each command).
-    con: MultiplexedConnection,
+    con: DedicatedCon,
     /// Where keys live (the pool's).
     nodes: Arc<Nodes>,
     /// Bound on opening a connection to a redirect's target.

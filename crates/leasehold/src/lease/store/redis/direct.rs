@@ -6,6 +6,10 @@
 //! fewer than [`MAX_DIRECT`] are open, or else goes on the multiplexed connection, as does every
 //! pipeline and every request when a direct connection cannot be opened.
 //!
+//! The waits' dedicated connections to one server are direct too ([`Target::connect`], kept by
+//! `conn::BlockingPool`): the waiter sends its acquire + `BLPOP` pipeline and reads the hand-over's
+//! reply itself ([`DirectConn::pipeline`]), with no bound of their own (the caller bounds each).
+//!
 //! Promise: the same replies and errors as the multiplexed connection for a single command (a
 //! server error is a `Value::ServerError`; a broken connection an I/O error; a reply later than the
 //! response timeout the same timed-out I/O error). A connection goes back to the pool only after its
@@ -20,7 +24,8 @@
 //!
 //! Limit: plain TCP and RESP2 only (TLS, a Unix socket or RESP3 use the multiplexed connection for
 //! everything); the setup is `AUTH` and `SELECT` as the URL asks, nothing else (no client name). At
-//! most [`MAX_DIRECT`] connections per client, on top of the multiplexed one.
+//! most [`MAX_DIRECT`] connections per client for single requests, on top of the multiplexed one
+//! and the waits' dedicated ones.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,13 +39,23 @@ use tokio::net::TcpStream;
 /// multiplexed connection, which pipelines any number.
 pub(crate) const MAX_DIRECT: usize = 8;
 
-/// The direct connections of one client to one server.
-pub(crate) struct DirectPool {
+/// Where direct connections go and how they are set up: one server's address, and what a new
+/// connection sends first.
+#[derive(Debug)]
+pub(crate) struct Target {
     /// `host:port`.
     addr: String,
     /// What a new connection sends first (`AUTH`, `SELECT`), one command after the other.
     setup: Vec<Cmd>,
+    /// The database `setup` selects.
+    db: i64,
     connect_timeout: Duration,
+}
+
+/// The direct connections of one client to one server.
+pub(crate) struct DirectPool {
+    /// The server.
+    target: Arc<Target>,
     response_timeout: Duration,
     /// Idle connections, most recently used last.
     idle: Mutex<Vec<DirectConn>>,
@@ -65,6 +80,8 @@ pub(crate) struct DirectConn {
     input: Vec<u8>,
     /// The driver's parser, given one whole reply at a time.
     parser: redis::Parser,
+    /// The database it selected.
+    db: i64,
     open: Arc<AtomicUsize>,
 }
 
@@ -74,14 +91,10 @@ impl Drop for DirectConn {
     }
 }
 
-impl DirectPool {
-    /// A pool for `client`'s server, or `None` when its connections cannot be direct (TLS, a Unix
-    /// socket, RESP3).
-    pub(crate) fn for_client(
-        client: &redis::Client,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Option<Self> {
+impl Target {
+    /// `client`'s server, or `None` when its connections cannot be direct (TLS, a Unix socket,
+    /// RESP3).
+    pub(crate) fn for_client(client: &redis::Client, connect_timeout: Duration) -> Option<Self> {
         let info = client.get_connection_info();
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
@@ -109,14 +122,57 @@ impl DirectPool {
         } else {
             format!("{host}:{port}")
         };
-        Some(DirectPool {
+        Some(Target {
             addr,
             setup,
+            db: settings.db(),
             connect_timeout,
+        })
+    }
+
+    /// Opens a connection, counted in `open` (its drop uncounts it), within the connect timeout
+    /// (the setup's replies within it too). A failure or a cancellation uncounts it.
+    pub(crate) async fn connect(&self, open: Arc<AtomicUsize>) -> RedisResult<DirectConn> {
+        open.fetch_add(1, Ordering::AcqRel);
+        self.connect_in(Reserved(open)).await
+    }
+
+    async fn connect_in(&self, reserved: Reserved) -> RedisResult<DirectConn> {
+        tokio::time::timeout(self.connect_timeout, async {
+            let stream = TcpStream::connect(&self.addr).await?;
+            stream.set_nodelay(true)?;
+            // The connection holds the place from here (its drop frees it).
+            let open = reserved.0.clone();
+            std::mem::forget(reserved);
+            let mut con = DirectConn {
+                stream,
+                out: Vec::with_capacity(256),
+                input: Vec::with_capacity(256),
+                parser: redis::Parser::new(),
+                db: self.db,
+                open,
+            };
+            for cmd in &self.setup {
+                if let Value::ServerError(e) = con.request(cmd).await? {
+                    return Err(e.into());
+                }
+            }
+            Ok(con)
+        })
+        .await
+        .map_err(|_| timed_out())?
+    }
+}
+
+impl DirectPool {
+    /// A pool of connections to `target`, each request bounded by `response_timeout`.
+    pub(crate) fn new(target: Arc<Target>, response_timeout: Duration) -> Self {
+        DirectPool {
+            target,
             response_timeout,
             idle: Mutex::new(Vec::new()),
             open: Arc::new(AtomicUsize::new(0)),
-        })
+        }
     }
 
     /// An idle connection, else a place reserved to open one, else [`Take::Full`].
@@ -145,25 +201,7 @@ impl DirectPool {
     /// Opens a connection in the place [`take`](Self::take) reserved; a failure (or a cancellation)
     /// frees the place.
     pub(crate) async fn open(&self, reserved: Reserved) -> RedisResult<DirectConn> {
-        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr))
-            .await
-            .map_err(|_| timed_out())??;
-        stream.set_nodelay(true)?;
-        // The connection holds the place from here (its drop frees it).
-        std::mem::forget(reserved);
-        let mut con = DirectConn {
-            stream,
-            out: Vec::with_capacity(256),
-            input: Vec::with_capacity(256),
-            parser: redis::Parser::new(),
-            open: self.open.clone(),
-        };
-        for cmd in &self.setup {
-            if let Value::ServerError(e) = con.request(cmd).await? {
-                return Err(e.into());
-            }
-        }
-        Ok(con)
+        self.target.connect_in(reserved).await
     }
 
     /// Sends `cmd` on `con` and reads its reply within the response timeout; `con` goes back to the
@@ -213,16 +251,82 @@ impl DirectConn {
     /// closes it; so does a restart). Nothing is due on an idle connection, so anything readable is
     /// the close (or garbage): either way it is dropped. Costs nothing while the socket has not
     /// become readable.
-    fn still_open(&self) -> bool {
+    pub(crate) fn still_open(&self) -> bool {
         let mut byte = [0u8; 1];
         matches!(self.stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 
-    async fn request(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+    /// The database it selected.
+    pub(crate) fn db(&self) -> i64 {
+        self.db
+    }
+
+    /// Sends `cmd` and reads its reply, with no bound of its own (the caller bounds it, and drops
+    /// the connection if the bound passes).
+    pub(crate) async fn request(&mut self, cmd: &Cmd) -> RedisResult<Value> {
         self.out.clear();
         cmd.write_packed_command(&mut self.out);
         self.stream.write_all(&self.out).await?;
         self.read_reply().await
+    }
+
+    /// Sends `pipeline` whole and reads a reply per command sent (a transaction's `MULTI` and
+    /// `EXEC` included: `offset + count`), returning `count` of them from `offset`, as the
+    /// multiplexed connection does; server errors stay values. No bound of its own, as
+    /// [`request`](Self::request).
+    pub(crate) async fn pipeline(
+        &mut self,
+        pipeline: &redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.stream
+            .write_all(&pipeline.get_packed_pipeline())
+            .await?;
+        let total = offset + count;
+        self.input.clear();
+        let mut ends = Vec::with_capacity(total);
+        let mut at = 0;
+        while ends.len() < total {
+            match reply_end(&self.input, at) {
+                Some(end) => {
+                    ends.push(end);
+                    at = end;
+                }
+                None => self.read_more().await?,
+            }
+        }
+        if at != self.input.len() {
+            return Err(bytes_past());
+        }
+        let mut out = Vec::with_capacity(count);
+        let mut start = 0;
+        for (i, end) in ends.into_iter().enumerate() {
+            if i >= offset {
+                out.push(self.value(start, end)?);
+            }
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// Reads what has arrived onto the input; the server closing the connection is an error.
+    async fn read_more(&mut self) -> RedisResult<()> {
+        self.input.reserve(256);
+        if self.stream.read_buf(&mut self.input).await? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+        Ok(())
+    }
+
+    /// The whole reply framed at `start..end` of the input.
+    fn value(&mut self, start: usize, end: usize) -> RedisResult<Value> {
+        let mut at = start;
+        if let Some(v) = plain_value(&self.input[..end], &mut at).filter(|_| at == end) {
+            return Ok(v);
+        }
+        // An error reply, or anything unusual: the driver's parser, which builds its errors.
+        self.parser.parse_value(&self.input[start..end])
     }
 
     /// Reads one whole reply (one request is in flight at a time, and on RESP2 without
@@ -231,28 +335,23 @@ impl DirectConn {
     async fn read_reply(&mut self) -> RedisResult<Value> {
         self.input.clear();
         loop {
-            self.input.reserve(256);
-            let n = self.stream.read_buf(&mut self.input).await?;
-            if n == 0 {
-                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
-            }
+            self.read_more().await?;
             let Some(end) = reply_end(&self.input, 0) else {
                 continue;
             };
             if end != self.input.len() {
-                return Err(RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "bytes past the reply on a direct connection",
-                )));
+                return Err(bytes_past());
             }
-            let mut at = 0;
-            if let Some(v) = plain_value(&self.input, &mut at).filter(|_| at == end) {
-                return Ok(v);
-            }
-            // An error reply, or anything unusual: the driver's parser, which builds its errors.
-            return self.parser.parse_value(&self.input[..]);
+            return self.value(0, end);
         }
     }
+}
+
+fn bytes_past() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        "bytes past the reply on a direct connection",
+    ))
 }
 
 /// Where the RESP2 reply that starts at `at` ends (one past its last byte), or `None` when `buf`
@@ -337,7 +436,73 @@ fn plain_value_at_depth(buf: &[u8], at: &mut usize, depth: usize) -> Option<Valu
 
 #[cfg(test)]
 mod tests {
-    use super::{plain_value, reply_end};
+    use super::{plain_value, reply_end, Target};
+    use redis::Value;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A pipeline on a direct connection gives, item for item, what the multiplexed connection
+    /// gives for it: plain replies, a server error in the middle, a `BLPOP` that timed out (nil)
+    /// and one that popped, and a transaction (its `EXEC` reply only); a reply split over many
+    /// reads (a value larger than one read) is framed whole.
+    #[tokio::test]
+    async fn pipelines_read_as_the_multiplexed_connection_reads_them() {
+        let srv = leasehold_testkit::RedisServer::start().expect("a private redis-server");
+        let client = redis::Client::open(srv.url()).unwrap();
+        let mut multiplexed = client.get_multiplexed_async_connection().await.unwrap();
+        let target = Target::for_client(&client, Duration::from_secs(1)).unwrap();
+        let open = Arc::default();
+        let mut direct = target.connect(Arc::clone(&open)).await.unwrap();
+        assert_eq!(open.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+        let big = "x".repeat(200_000);
+        let mut plain = redis::pipe();
+        plain
+            .cmd("SET")
+            .arg("k")
+            .arg(&big)
+            .cmd("GET")
+            .arg("k")
+            .cmd("INCR")
+            .arg("k")
+            .cmd("RPUSH")
+            .arg("list")
+            .arg("a")
+            .cmd("BLPOP")
+            .arg("empty")
+            .arg("0.05")
+            .cmd("BLPOP")
+            .arg("list")
+            .arg("0.05")
+            .cmd("HGETALL")
+            .arg("nothing");
+        let mut atomic = redis::pipe();
+        atomic
+            .atomic()
+            .cmd("SET")
+            .arg("t")
+            .arg(1)
+            .cmd("INCR")
+            .arg("t");
+        for (pipe, offset, count) in [(&plain, 0, plain.len()), (&atomic, atomic.len() + 1, 1)] {
+            let d = direct.pipeline(pipe, offset, count).await.unwrap();
+            let m = multiplexed
+                .send_packed_commands(pipe, offset, count)
+                .await
+                .unwrap();
+            assert_eq!(d.len(), count);
+            assert_eq!(format!("{d:?}"), format!("{m:?}"));
+        }
+        // The error reply is the parser's, as the multiplexed connection's is.
+        let d = direct.pipeline(&plain, 0, plain.len()).await.unwrap();
+        assert!(matches!(&d[2], Value::ServerError(_)), "{:?}", d[2]);
+        assert_eq!(d[4], Value::Nil);
+        // Still in step: a single request after the pipelines reads its own reply.
+        let pong = direct.request(&redis::cmd("PING")).await.unwrap();
+        assert_eq!(pong, Value::SimpleString("PONG".into()));
+        drop(direct);
+        assert_eq!(open.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
 
     /// The plain reader gives what the driver's parser gives, or leaves the reply to it.
     #[test]

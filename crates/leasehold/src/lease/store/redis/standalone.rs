@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::conn::{manager_config, DirectRoute, Nodes, Reconnecting, Route};
-use super::direct::DirectPool;
+use super::direct::{DirectPool, Target};
 use super::errors::{self, within};
 use super::health;
 use crate::error::{Error, Phase, Result};
@@ -68,11 +68,12 @@ pub(super) async fn connect(
     round_trips.fetch_add(1, Ordering::Relaxed);
     let manager = Reconnecting::resending(manager, round_trips.clone());
     let direct = (!super::RedisOptions::of(settings).multiplexed_only)
-        .then(|| DirectPool::for_client(&client, connect_timeout, response_timeout))
-        .flatten();
-    let route = match direct {
-        Some(pool) => Route::Direct(DirectRoute {
-            pool: Arc::new(pool),
+        .then(|| Target::for_client(&client, connect_timeout))
+        .flatten()
+        .map(Arc::new);
+    let route = match &direct {
+        Some(target) => Route::Direct(DirectRoute {
+            pool: Arc::new(DirectPool::new(target.clone(), response_timeout)),
             manager,
         }),
         None => Route::Standalone(manager),
@@ -81,6 +82,7 @@ pub(super) async fn connect(
         route,
         Nodes::Standalone {
             client: Box::new(client),
+            direct,
         },
         probe,
     ))

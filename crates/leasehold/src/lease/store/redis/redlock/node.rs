@@ -127,6 +127,7 @@ impl Node {
             blocking: BlockingPool::new(
                 Nodes::Standalone {
                     client: Box::new(client),
+                    direct: None,
                 },
                 settings.connect_timeout,
                 count,

@@ -1,6 +1,9 @@
 //! One side of S1 alone, for a profiler: `leasehold` (`try_acquire` + release of one free name),
 //! `leasehold-wait` (`acquire` with a 30 s bound + release) or the baseline (`SET NX PX` + a
 //! compare-and-delete script), on a Redis of your choosing, for a time or a number of cycles.
+//! `handoff` is S2's path instead: two clients in turn wait for one name, each holding it 5 ms
+//! (`HOLD_MS`), so that nearly every release hands it to the other, who was blocked in `BLPOP` (a
+//! cycle is one acquisition).
 //! `leasehold bench` alternates the sides in one process, which a profiler cannot tell apart; this
 //! runs one.
 //!
@@ -55,7 +58,9 @@ impl Length {
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(side), Some(length)) = (args.get(1), args.get(2)) else {
-        anyhow::bail!("usage: s1_one_side leasehold|leasehold-wait|baseline CYCLES|SECONDSs");
+        anyhow::bail!(
+            "usage: s1_one_side leasehold|leasehold-wait|baseline|handoff CYCLES|SECONDSs"
+        );
     };
     let length = Length::parse(length)?;
     let url = std::env::var("S1_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
@@ -75,6 +80,20 @@ async fn main() -> anyhow::Result<()> {
             while length.more(started, done) {
                 leasehold_cycle(&client, &opts, wait).await?;
                 done += 1;
+            }
+        }
+        "handoff" => {
+            let opts = leasehold::LeaseOptions::with_ttl(Duration::from_secs(30))?;
+            let (a, b) = (
+                leasehold::LeaseClient::connect(&url).await?,
+                leasehold::LeaseClient::connect(&url).await?,
+            );
+            handoffs(&a, &b, &opts, length.warm_up()).await?;
+            pause(length).await;
+            started = Instant::now();
+            while length.more(started, done) {
+                handoffs(&a, &b, &opts, 50).await?;
+                done += 50;
             }
         }
         "baseline" => {
@@ -122,6 +141,34 @@ async fn leasehold_cycle(
         Some(bound) => client.acquire("s1-one-side", opts, bound).await?,
     };
     lease.release().await?;
+    Ok(())
+}
+
+/// How long each `handoff` acquisition holds: `HOLD_MS` (default 5; longer under a profiler that
+/// slows the process, so that the other client is blocked before each release).
+fn hold() -> Duration {
+    let ms = std::env::var("HOLD_MS").ok().and_then(|v| v.parse().ok());
+    Duration::from_millis(ms.unwrap_or(5))
+}
+
+/// `n` acquisitions of one name, shared by two clients that wait for it in turn.
+async fn handoffs(
+    a: &leasehold::LeaseClient,
+    b: &leasehold::LeaseClient,
+    opts: &leasehold::LeaseOptions,
+    n: u64,
+) -> anyhow::Result<()> {
+    let turns = async |client: &leasehold::LeaseClient| -> anyhow::Result<()> {
+        for _ in 0..n / 2 {
+            let lease = client
+                .acquire("s1-one-side-handoff", opts, Duration::from_secs(30))
+                .await?;
+            tokio::time::sleep(hold()).await;
+            lease.release().await?;
+        }
+        Ok(())
+    };
+    tokio::try_join!(turns(a), turns(b))?;
     Ok(())
 }
 

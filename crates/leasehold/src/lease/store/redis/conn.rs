@@ -442,12 +442,24 @@ impl BlockingPool {
             ..
         } = &*self.nodes
         {
+            // Opened for a request: its `is_fresh` has the scripts loaded on it first.
             return Ok(DedicatedCon::Direct(
                 target.connect(self.direct_open.clone()).await?,
             ));
         }
         let client = self.nodes.client_at(addr)?;
         open_dedicated(&client, self.connect_timeout).await
+    }
+
+    /// Whether the connections it opens are direct (one server, plain TCP, RESP2).
+    pub(crate) fn opens_direct(&self) -> bool {
+        matches!(
+            &*self.nodes,
+            Nodes::Standalone {
+                direct: Some(_),
+                ..
+            }
+        )
     }
 
     /// Drops every idle connection: after one failed, the others (opened to the same server,

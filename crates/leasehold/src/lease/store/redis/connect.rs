@@ -134,10 +134,10 @@ impl RedisStore {
     }
 
     /// Loads the scripts on a single server through its first dedicated connection, which then
-    /// joins the pool. The server's script cache is shared by every connection: loaded once here,
-    /// the first pipelined acquire + BLPOP is not answered NOSCRIPT (its BLPOP would block for
-    /// nothing before the retry). A dedicated connection made later, perhaps after a restart,
-    /// loads again.
+    /// joins the pool (unless the pool opens direct ones, which waits read faster; it is closed
+    /// then). The server's script cache is shared by every connection: loaded once here, the first
+    /// pipelined acquire + BLPOP is not answered NOSCRIPT (its BLPOP would block for nothing before
+    /// the retry). A dedicated connection made later, perhaps after a restart, loads again.
     async fn load_scripts(&self, mut probe: MultiplexedConnection) -> Result<()> {
         within(
             Phase::Connect,
@@ -146,7 +146,9 @@ impl RedisStore {
         )
         .await?;
         self.meta.count(1);
-        self.blocking.put_idle(String::new(), probe);
+        if !self.blocking.opens_direct() {
+            self.blocking.put_idle(String::new(), probe);
+        }
         Ok(())
     }
 }

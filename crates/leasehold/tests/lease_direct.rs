@@ -197,7 +197,7 @@ async fn many_requests_at_once_stay_within_the_bound_and_all_succeed() {
             .into_iter()
             .for_each(|r| r.unwrap());
     }
-    // The multiplexed connection and at most 8 direct ones (the connect probe is closed).
+    // The multiplexed connection, the first dedicated one (opened at connect), at most 8 direct.
     let opened = clients(&srv) - before;
     assert!((2..=10).contains(&opened), "{opened} connections");
 

@@ -451,6 +451,15 @@ impl BlockingPool {
         open_dedicated(&client, self.connect_timeout).await
     }
 
+    /// Opens a connection to the one server (or the node of the empty key) and keeps it idle (one
+    /// round trip counted).
+    pub(crate) async fn open_idle(&self) -> RedisResult<()> {
+        let addr = self.nodes.addr_for(b"").await?;
+        let con = self.open(&addr).await?;
+        self.put_idle(addr, con);
+        Ok(())
+    }
+
     /// Whether the connections it opens are direct (one server, plain TCP, RESP2).
     pub(crate) fn opens_direct(&self) -> bool {
         matches!(

@@ -134,8 +134,8 @@ impl RedisStore {
     }
 
     /// Loads the scripts on a single server through its first dedicated connection, which then
-    /// joins the pool (unless the pool opens direct ones, which waits read faster; it is closed
-    /// then). The server's script cache is shared by every connection: loaded once here, the first
+    /// joins the pool (unless the pool opens direct ones, which waits read faster: it is closed,
+    /// and a direct one joins the pool instead). The server's script cache is shared by every connection: loaded once here, the first
     /// pipelined acquire + BLPOP is not answered NOSCRIPT (its BLPOP would block for nothing before
     /// the retry). A dedicated connection made later, perhaps after a restart, loads again.
     async fn load_scripts(&self, mut probe: MultiplexedConnection) -> Result<()> {
@@ -146,7 +146,17 @@ impl RedisStore {
         )
         .await?;
         self.meta.count(1);
-        if !self.blocking.opens_direct() {
+        if self.blocking.opens_direct() {
+            // The first dedicated connection is a direct one, opened now (the scripts are loaded
+            // on this server): a first wait, of every process at once, opens nothing.
+            drop(probe);
+            within(
+                Phase::Connect,
+                self.connect_timeout,
+                self.blocking.open_idle(),
+            )
+            .await?;
+        } else {
             self.blocking.put_idle(String::new(), probe);
         }
         Ok(())

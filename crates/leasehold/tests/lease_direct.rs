@@ -34,6 +34,27 @@ fn clients(srv: &RedisServer) -> usize {
     client_list(srv).lines().count()
 }
 
+/// A private redis-server that closes client connections idle for more than a second (checked
+/// about ten times a second).
+fn closing_server() -> RedisServer {
+    RedisServer::builder()
+        .arg("--timeout")
+        .arg("1")
+        .start()
+        .unwrap()
+}
+
+/// A client of `srv` with direct connections, or (`only`) with the multiplexed connection only.
+async fn client_with(srv: &RedisServer, only: bool) -> LeaseClient {
+    LeaseClient::builder(srv.url())
+        .response_timeout(ms(500))
+        .connect_timeout(ms(500))
+        .store_options(RedisOptions::default().multiplexed_only(only))
+        .connect()
+        .await
+        .unwrap()
+}
+
 /// The hazard the pool guards against, on a raw socket: a request sent to a stopped server and
 /// given up leaves its reply due, and the next request on that connection reads it.
 #[test]
@@ -111,20 +132,10 @@ async fn a_reply_still_due_is_never_read_by_the_next_request() {
 /// first request after it, which it sends once more on a new connection (`conn::Reconnecting`).
 #[tokio::test]
 async fn connections_the_server_closed_while_idle_are_not_used() {
-    let srv = RedisServer::builder()
-        .arg("--timeout")
-        .arg("1")
-        .start()
-        .unwrap();
+    let srv = closing_server();
     let o = opts(5_000);
     for only in [false, true] {
-        let c = LeaseClient::builder(srv.url())
-            .response_timeout(ms(500))
-            .connect_timeout(ms(500))
-            .store_options(RedisOptions::default().multiplexed_only(only))
-            .connect()
-            .await
-            .unwrap();
+        let c = client_with(&srv, only).await;
         let leases =
             futures::future::join_all(names("idle", 4).iter().map(|n| c.try_acquire(n, &o))).await;
         for l in leases {
@@ -222,24 +233,14 @@ async fn many_requests_at_once_stay_within_the_bound_and_all_succeed() {
 /// before each renewal: the renewal is sent again on a new connection, and no lease is ever at risk.
 #[tokio::test]
 async fn renewals_after_the_server_closed_the_idle_connection_do_not_fail() {
-    let srv = RedisServer::builder()
-        .arg("--timeout")
-        .arg("1")
-        .start()
-        .unwrap();
+    let srv = closing_server();
     let o = leasehold::LeaseOptions::builder()
         .ttl(ms(4_000))
         .renew_every(ms(1_500))
         .build()
         .unwrap();
     for only in [false, true] {
-        let c = LeaseClient::builder(srv.url())
-            .response_timeout(ms(500))
-            .connect_timeout(ms(500))
-            .store_options(RedisOptions::default().multiplexed_only(only))
-            .connect()
-            .await
-            .unwrap();
+        let c = client_with(&srv, only).await;
         let leases =
             futures::future::join_all(names("renewed", 4).iter().map(|n| c.try_acquire(n, &o)))
                 .await;
@@ -276,22 +277,11 @@ async fn renewals_after_the_server_closed_the_idle_connection_do_not_fail() {
 /// one of them takes 50 ms or more.)
 #[tokio::test]
 async fn waits_after_the_server_closed_the_idle_dedicated_connection() {
-    let srv = RedisServer::builder()
-        .arg("--timeout")
-        .arg("1")
-        .start()
-        .unwrap();
+    let srv = closing_server();
     let o = opts(5_000);
     // Direct dedicated connections, then multiplexed ones.
     for only in [false, true] {
-        let connect = || {
-            LeaseClient::builder(srv.url())
-                .response_timeout(ms(500))
-                .connect_timeout(ms(500))
-                .store_options(RedisOptions::default().multiplexed_only(only))
-                .connect()
-        };
-        let (c, holder) = (connect().await.unwrap(), connect().await.unwrap());
+        let (c, holder) = (client_with(&srv, only).await, client_with(&srv, only).await);
         let mut after_idle = Vec::new();
         for round in 0..4 {
             let name = format!("waited-{only}-{round}");
@@ -324,24 +314,14 @@ async fn waits_after_the_server_closed_the_idle_dedicated_connection() {
 /// the lease is kept, `FailOpen`).
 #[tokio::test]
 async fn replica_waits_after_the_server_closed_the_idle_dedicated_connection() {
-    let srv = RedisServer::builder()
-        .arg("--timeout")
-        .arg("1")
-        .start()
-        .unwrap();
+    let srv = closing_server();
     let o = leasehold::LeaseOptions::builder()
         .ttl(ms(5_000))
         .wait_for_replicas(1, ms(20), leasehold::ReplicaPolicy::FailOpen)
         .build()
         .unwrap();
     for only in [false, true] {
-        let c = LeaseClient::builder(srv.url())
-            .response_timeout(ms(500))
-            .connect_timeout(ms(500))
-            .store_options(RedisOptions::default().multiplexed_only(only))
-            .connect()
-            .await
-            .unwrap();
+        let c = client_with(&srv, only).await;
         let mut failed = Vec::new();
         for round in 0..3 {
             match c

@@ -159,14 +159,49 @@ impl DirectRoute {
 /// Limit: the request may have run before the connection dropped, so it may run twice; only
 /// requests with the effect of running once when run twice go on a shared connection (the lease
 /// scripts, reads, `PUBLISH`). A timeout is not a drop: it is never sent again here. A Redlock
-/// master's connection sends nothing again ([`Reconnecting::failing_fast`]).
+/// master's connection sends nothing again; after an idle spell it checks the connection first
+/// ([`Reconnecting::probing`]).
 #[derive(Clone)]
 pub(crate) struct Reconnecting {
     /// The connection and its reconnects.
     manager: ConnectionManager,
-    /// Requests sent, shared with the store, when a request that found the connection dropped is
-    /// sent again (a request sent again counts again); `None`: it fails.
-    resend: Option<Arc<AtomicU64>>,
+    /// What a dropped connection costs.
+    on_drop: OnDrop,
+}
+
+/// How a [`Reconnecting`] connection meets a close it has not seen yet.
+#[derive(Clone)]
+enum OnDrop {
+    /// The request that found it dropped is sent again, once, and counted again in the store's
+    /// requests.
+    Resend(Arc<AtomicU64>),
+    /// Nothing is sent again; a request after an idle spell is preceded by a `PING` (see
+    /// [`Reconnecting::probing`]).
+    Probe(Arc<Idle>),
+}
+
+/// When a connection last sent something, to tell an idle spell.
+#[derive(Debug)]
+struct Idle {
+    /// What `last` counts from.
+    origin: std::time::Instant,
+    /// When the last request started, in ms since `origin`.
+    last: AtomicU64,
+}
+
+/// The shortest idle spell after which a server may have closed a connection: Redis's `timeout`
+/// is a whole number of seconds, 1 the least, and it closes a connection idle for longer than that.
+/// Measured from when the last request was sent, which the server read no earlier.
+const MAY_BE_CLOSED_AFTER: Duration = Duration::from_secs(1);
+
+impl Idle {
+    /// Marks a request starting now; whether the connection had been idle long enough before it
+    /// that the server may have closed it.
+    fn restart(&self) -> bool {
+        let now = self.origin.elapsed().as_millis() as u64;
+        let last = self.last.swap(now, Ordering::Relaxed);
+        now.saturating_sub(last) >= MAY_BE_CLOSED_AFTER.as_millis() as u64
+    }
 }
 
 impl Reconnecting {
@@ -174,27 +209,67 @@ impl Reconnecting {
     pub(crate) fn resending(manager: ConnectionManager, count: Arc<AtomicU64>) -> Self {
         Reconnecting {
             manager,
-            resend: Some(count),
+            on_drop: OnDrop::Resend(count),
         }
     }
 
-    /// A Redlock master's connection: a request that found it dropped fails at once, so the
-    /// quorum goes on without that master. Sent again, it could arrive after the master came back
-    /// and hold the name there after its holder released it on the others.
-    pub(crate) fn failing_fast(manager: ConnectionManager) -> Self {
+    /// A Redlock master's connection: a request is sent once, and one that found the connection
+    /// dropped fails at once, so that the quorum goes on without that master (sent again, it could
+    /// reach the master only after it came back, and hold the name there after its holder released
+    /// it on the others). So that a close the server made while the connection sat idle (its
+    /// `timeout`) fails nothing, a request after an idle spell of [`MAY_BE_CLOSED_AFTER`] goes after
+    /// a `PING`: one that finds the connection dropped is sent again on the connection the manager
+    /// opens anew, and the request goes only once a `PING` was answered there (any reply, an
+    /// error reply included, says the connection carries requests). A master that does not answer
+    /// fails the request as before, without it having been sent.
+    pub(crate) fn probing(manager: ConnectionManager) -> Self {
         Reconnecting {
             manager,
-            resend: None,
+            on_drop: OnDrop::Probe(Arc::new(Idle {
+                origin: std::time::Instant::now(),
+                last: AtomicU64::new(0),
+            })),
         }
     }
 
     fn again(&self, e: &redis::RedisError) -> bool {
-        match &self.resend {
-            Some(count) if e.is_connection_dropped() => {
+        match &self.on_drop {
+            OnDrop::Resend(count) if e.is_connection_dropped() => {
                 count.fetch_add(1, Ordering::Relaxed);
                 true
             }
             _ => false,
+        }
+    }
+
+    /// After an idle spell on a probing connection, the `PING`s described at [`Self::probing`]:
+    /// `Ok` when the request may go.
+    async fn ready(&mut self) -> RedisResult<()> {
+        let OnDrop::Probe(idle) = &self.on_drop else {
+            return Ok(());
+        };
+        if !idle.restart() {
+            return Ok(());
+        }
+        let ping = redis::cmd("PING");
+        let answered = |r: RedisResult<Value>| match r {
+            Ok(_) => Ok(()),
+            // A reply the server made (a user not allowed `PING`, say): the connection works.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        match answered(self.manager.send_packed_command(&ping).await) {
+            Err(e) if e.is_connection_dropped() => {
+                answered(self.manager.send_packed_command(&ping).await)
+            }
+            r => r,
         }
     }
 }
@@ -202,6 +277,7 @@ impl Reconnecting {
 impl ConnectionLike for Reconnecting {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            self.ready().await?;
             match self.manager.send_packed_command(cmd).await {
                 Err(e) if self.again(&e) => self.manager.send_packed_command(cmd).await,
                 r => r,
@@ -216,6 +292,7 @@ impl ConnectionLike for Reconnecting {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            self.ready().await?;
             match self
                 .manager
                 .send_packed_commands(pipeline, offset, count)

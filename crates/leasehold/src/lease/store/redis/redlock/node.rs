@@ -121,7 +121,7 @@ impl Node {
         Ok(Node {
             location,
             shared: Counted {
-                con: Route::Standalone(Reconnecting::failing_fast(manager)),
+                con: Route::Standalone(Reconnecting::probing(manager)),
                 count: count.clone(),
             },
             blocking: BlockingPool::new(
@@ -349,7 +349,10 @@ impl Node {
         r
     }
 
-    /// `BLPOP wake` for at most `block` on a dedicated connection; `Ok(true)` when woken.
+    /// `BLPOP wake` for at most `block` on a dedicated connection; `Ok(true)` when woken. A
+    /// connection taken from the pool that turns out closed (the master's idle `timeout`, a
+    /// restart) costs no failure: the pool is emptied and the `BLPOP` goes once more, at once, on a
+    /// new connection (a `BLPOP` that never reached the master popped nothing).
     pub(crate) async fn block_on(
         &self,
         wake: &str,
@@ -357,30 +360,50 @@ impl Node {
         slack: Duration,
     ) -> std::result::Result<bool, Failure> {
         self.usable()?;
-        let mut con = self.blocking.get_for(wake).await.map_err(|e| {
-            let f = Failure::Redis(e);
-            self.mark(&f);
-            f
-        })?;
         let secs = format!("{:.3}", block.as_secs_f64().max(0.001)); // never "0": that blocks forever
         let mut cmd = redis::cmd("BLPOP");
         cmd.arg(wake).arg(secs);
-        let r = bounded(
-            block + slack,
-            cmd.query_async::<Option<(String, String)>>(&mut con),
-        )
-        .await;
+        let mut r = self.blpop(wake, &cmd, block + slack).await;
+        if let Err((false, Failure::Redis(e))) = &r {
+            if e.is_connection_dropped() {
+                self.blocking.clear();
+                r = self.blpop(wake, &cmd, block + slack).await;
+            }
+        }
         match r {
             Ok(woken) => {
-                self.blocking.put(con);
                 self.up.store(true, Ordering::Relaxed);
-                Ok(woken.is_some())
+                Ok(woken)
             }
-            Err(f) => {
+            Err((_, f)) => {
                 self.blocking.clear();
                 self.mark(&f);
                 Err(f)
             }
+        }
+    }
+
+    /// `cmd` (the `BLPOP` of `wake`) on a dedicated connection for `wake`, bounded by `limit`; the
+    /// connection goes back to the pool when it answered. On failure, whether the connection was
+    /// new.
+    async fn blpop(
+        &self,
+        wake: &str,
+        cmd: &redis::Cmd,
+        limit: Duration,
+    ) -> std::result::Result<bool, (bool, Failure)> {
+        let mut con = self
+            .blocking
+            .get_for(wake)
+            .await
+            .map_err(|e| (true, Failure::Redis(e)))?;
+        let fresh = con.is_fresh();
+        match bounded(limit, cmd.query_async::<Option<(String, String)>>(&mut con)).await {
+            Ok(woken) => {
+                self.blocking.put(con);
+                Ok(woken.is_some())
+            }
+            Err(f) => Err((fresh, f)),
         }
     }
 }

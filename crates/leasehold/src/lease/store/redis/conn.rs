@@ -176,8 +176,8 @@ enum OnDrop {
     /// requests.
     Resend(Arc<AtomicU64>),
     /// Nothing is sent again; a request after an idle spell is preceded by a `PING` (see
-    /// [`Reconnecting::probing`]).
-    Probe(Arc<Idle>),
+    /// [`Reconnecting::probing`]), counted in the store's requests.
+    Probe(Arc<Idle>, Arc<AtomicU64>),
 }
 
 /// When a connection last sent something, to tell an idle spell.
@@ -222,13 +222,16 @@ impl Reconnecting {
     /// opens anew, and the request goes only once a `PING` was answered there (any reply, an
     /// error reply included, says the connection carries requests). A master that does not answer
     /// fails the request as before, without it having been sent.
-    pub(crate) fn probing(manager: ConnectionManager) -> Self {
+    pub(crate) fn probing(manager: ConnectionManager, count: Arc<AtomicU64>) -> Self {
         Reconnecting {
             manager,
-            on_drop: OnDrop::Probe(Arc::new(Idle {
-                origin: std::time::Instant::now(),
-                last: AtomicU64::new(0),
-            })),
+            on_drop: OnDrop::Probe(
+                Arc::new(Idle {
+                    origin: std::time::Instant::now(),
+                    last: AtomicU64::new(0),
+                }),
+                count,
+            ),
         }
     }
 
@@ -245,12 +248,13 @@ impl Reconnecting {
     /// After an idle spell on a probing connection, the `PING`s described at [`Self::probing`]:
     /// `Ok` when the request may go.
     async fn ready(&mut self) -> RedisResult<()> {
-        let OnDrop::Probe(idle) = &self.on_drop else {
+        let OnDrop::Probe(idle, count) = &self.on_drop else {
             return Ok(());
         };
         if !idle.restart() {
             return Ok(());
         }
+        let count = count.clone();
         let ping = redis::cmd("PING");
         let answered = |r: RedisResult<Value>| match r {
             Ok(_) => Ok(()),
@@ -265,8 +269,10 @@ impl Reconnecting {
             }
             Err(e) => Err(e),
         };
+        count.fetch_add(1, Ordering::Relaxed);
         match answered(self.manager.send_packed_command(&ping).await) {
             Err(e) if e.is_connection_dropped() => {
+                count.fetch_add(1, Ordering::Relaxed);
                 answered(self.manager.send_packed_command(&ping).await)
             }
             r => r,

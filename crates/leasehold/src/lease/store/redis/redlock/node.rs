@@ -121,7 +121,7 @@ impl Node {
         Ok(Node {
             location,
             shared: Counted {
-                con: Route::Standalone(Reconnecting::probing(manager)),
+                con: Route::Standalone(Reconnecting::probing(manager, count.clone())),
                 count: count.clone(),
             },
             blocking: BlockingPool::new(

@@ -30,7 +30,8 @@ pub(crate) async fn connect(store: &StoreArgs) -> Result<LeaseClient, i32> {
     #[cfg(feature = "redis")]
     let builder = builder.store_options(
         leasehold::lease::store::redis::RedisOptions::default()
-            .allow_eviction(store.allow_eviction),
+            .allow_eviction(store.allow_eviction)
+            .multiplexed_only(store.multiplexed_only),
     );
     let connecting = builder.connect();
     let Ok(result) = tokio::time::timeout(CONNECT_TIMEOUT, connecting).await else {

@@ -826,3 +826,59 @@ fn run_with_permits_shares_a_name_status_shows_the_holders_and_release_evicts_on
     }
     assert_eq!(status_json(&redis, "pool")["held"], false);
 }
+
+/// Client connections `redis` counts (`CLIENT LIST TYPE normal`), the one asking included.
+fn client_connections(redis: &RedisServer) -> usize {
+    let mut con = redis.connection().unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut con)
+        .unwrap();
+    list.lines().count()
+}
+
+/// While `run` holds a lease on one server it keeps three connections (the multiplexed one, the
+/// one for waits, a direct one for its single requests); `--multiplexed-only` (or its variable)
+/// keeps it to two. Whatever the flag, the command runs and the lease is released.
+#[test]
+fn multiplexed_only_keeps_run_to_two_connections() {
+    let redis = RedisServer::start().unwrap();
+    let mut seen = Vec::new();
+    for (flag, var) in [(false, None), (true, None), (false, Some("true"))] {
+        let mut c = leasehold(Some(&redis));
+        if let Some(v) = var {
+            c.env("LEASEHOLD_MULTIPLEXED_ONLY", v);
+        }
+        c.args(["run", "--ttl", "20s"]);
+        if flag {
+            c.arg("--multiplexed-only");
+        }
+        let mut child = c
+            .args(["counted", "--", "sleep", "2"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        eventually("the lease is held", || {
+            status_json(&redis, "counted")["held"] == true
+        });
+        // The asking connection aside; the least of a few looks, so that `status`'s connection,
+        // closing as it exits, is not counted.
+        let least = (0..5)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                client_connections(&redis)
+            })
+            .min()
+            .unwrap();
+        seen.push(least - 1);
+        assert!(wait_with_timeout(&mut child, Duration::from_secs(20)).success());
+        assert_eq!(status_json(&redis, "counted")["held"], false);
+    }
+    assert_eq!(
+        seen,
+        vec![3, 2, 2],
+        "connections while held: default, flag, variable"
+    );
+}

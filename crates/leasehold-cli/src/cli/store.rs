@@ -66,6 +66,15 @@ pub(crate) struct StoreArgs {
     /// renewal. Fence the resource on such a Redis.
     #[arg(long, env = "LEASEHOLD_ALLOW_EVICTION", help_heading = STORE)]
     pub(crate) allow_eviction: bool,
+    /// One server: keep every request on the one multiplexed connection (no direct connections)
+    ///
+    /// A client of one Redis server (`redis://`, no TLS) normally sends its single requests on
+    /// direct connections of its own, up to 8, and so holds three connections where it takes
+    /// leases one at a time. Where the server limits connections tightly (`maxclients`, a proxy's
+    /// per-client limit), this keeps it to two (the multiplexed one and one for waits), at some
+    /// client CPU per request. Other topologies open no direct connections anyway.
+    #[arg(long, env = "LEASEHOLD_MULTIPLEXED_ONLY", help_heading = STORE)]
+    pub(crate) multiplexed_only: bool,
 }
 
 /// Used when neither `--store`/`--redis` nor an environment variable names a store.

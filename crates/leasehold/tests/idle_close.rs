@@ -8,7 +8,7 @@ mod lease_support;
 
 use std::time::{Duration, Instant};
 
-use lease_support::{ms, opts};
+use lease_support::{client_at, ms, opts};
 use leasehold::LeaseClient;
 use leasehold_testkit::{RedisCluster, RedisServer, SentinelSet};
 
@@ -42,15 +42,6 @@ async fn redlock(masters: &[RedisServer]) -> LeaseClient {
     LeaseClient::redlock(masters.iter().map(|m| m.url()))
         .response_timeout(ms(500))
         .connect_timeout(ms(500))
-        .connect()
-        .await
-        .unwrap()
-}
-
-async fn client(url: &str) -> LeaseClient {
-    LeaseClient::builder(url)
-        .response_timeout(ms(1_000))
-        .connect_timeout(ms(1_000))
         .connect()
         .await
         .unwrap()
@@ -163,7 +154,10 @@ async fn sentinel_requests_and_waits_after_the_data_nodes_closed_the_idle_connec
         close_idle(set.node(i));
     }
     let url = set.sentinel_url();
-    let (c, holder) = (client(&url).await, client(&url).await);
+    let (c, holder) = (
+        client_at(&url, ms(1_000)).await,
+        client_at(&url, ms(1_000)).await,
+    );
     let failed = rounds(&c, "sentinel").await;
     assert!(failed.is_empty(), "{failed:?}");
     heard_every_release(&hand_overs(&c, &holder, "sentinel").await);
@@ -176,7 +170,10 @@ async fn cluster_requests_and_waits_after_the_masters_closed_the_idle_connection
         close_idle(node);
     }
     let url = cluster.seed_url();
-    let (c, holder) = (client(&url).await, client(&url).await);
+    let (c, holder) = (
+        client_at(&url, ms(1_000)).await,
+        client_at(&url, ms(1_000)).await,
+    );
     let failed = rounds(&c, "cluster").await;
     assert!(failed.is_empty(), "{failed:?}");
     heard_every_release(&hand_overs(&c, &holder, "cluster").await);

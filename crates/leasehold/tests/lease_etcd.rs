@@ -27,12 +27,7 @@ async fn start(members: usize) -> EtcdCluster {
 }
 
 async fn client(url: &str) -> LeaseClient {
-    LeaseClient::builder(url)
-        .response_timeout(ms(1_000))
-        .connect_timeout(ms(1_000))
-        .connect()
-        .await
-        .expect("connect to the test's etcd")
+    lease_support::client_at(url, ms(1_000)).await
 }
 
 fn opts(ttl_ms: u64) -> LeaseOptions {

@@ -26,12 +26,7 @@ fn start() -> SentinelSet {
 }
 
 async fn client(url: &str) -> LeaseClient {
-    LeaseClient::builder(url)
-        .response_timeout(ms(1_000))
-        .connect_timeout(ms(1_000))
-        .connect()
-        .await
-        .expect("connect through the sentinels")
+    lease_support::client_at(url, ms(1_000)).await
 }
 
 /// The raw value of `key` on data node `i`, or `None`.

@@ -29,12 +29,17 @@ pub fn server() -> RedisServer {
 
 #[cfg(feature = "redis")]
 pub async fn client(server: &RedisServer) -> LeaseClient {
-    LeaseClient::builder(server.url())
-        .response_timeout(ms(500))
-        .connect_timeout(ms(500))
+    client_at(&server.url(), ms(500)).await
+}
+
+/// A client of the store at `url` with `timeout` for connecting and for each response.
+pub async fn client_at(url: &str, timeout: Duration) -> LeaseClient {
+    LeaseClient::builder(url)
+        .response_timeout(timeout)
+        .connect_timeout(timeout)
         .connect()
         .await
-        .expect("connect to the private redis-server")
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
 pub fn opts(ttl_ms: u64) -> LeaseOptions {

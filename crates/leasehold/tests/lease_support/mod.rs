@@ -9,7 +9,6 @@ pub mod pg;
 
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "redis")]
 use leasehold::LeaseClient;
 use leasehold::LeaseOptions;
 #[cfg(feature = "redis")]

@@ -66,7 +66,7 @@ pub(crate) struct StoreArgs {
     /// renewal. Fence the resource on such a Redis.
     #[arg(long, env = "LEASEHOLD_ALLOW_EVICTION", help_heading = STORE)]
     pub(crate) allow_eviction: bool,
-    /// One server: keep every request on the one multiplexed connection (no direct connections)
+    /// Keep every request to one server on its multiplexed connection (no direct ones)
     ///
     /// A client of one Redis server (`redis://`, no TLS) normally sends its single requests on
     /// direct connections of its own, up to 8, and so holds three connections where it takes

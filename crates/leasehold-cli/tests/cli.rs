@@ -881,4 +881,18 @@ fn multiplexed_only_keeps_run_to_two_connections() {
         vec![3, 2, 2],
         "connections while held: default, flag, variable"
     );
+
+    // A value of the variable that is neither true nor false: exit 2 naming it, nothing run or held.
+    let o = run_out(
+        leasehold(Some(&redis))
+            .env("LEASEHOLD_MULTIPLEXED_ONLY", "maybe")
+            .args(["run", "counted", "--", "sh", "-c", "exit 7"]),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("LEASEHOLD_MULTIPLEXED_ONLY"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(status_json(&redis, "counted")["held"], false);
 }

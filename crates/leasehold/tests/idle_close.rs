@@ -147,20 +147,24 @@ async fn redlock_waits_after_the_masters_closed_the_idle_blocking_connection_hea
     heard_every_release(&hand_overs(&c, &holder, "redlock").await);
 }
 
+/// `rounds` and `hand_overs` on the store at `url`, its data nodes set to close idle connections.
+async fn rounds_and_hand_overs(url: &str, prefix: &str) {
+    let (c, holder) = (
+        client_at(url, ms(1_000)).await,
+        client_at(url, ms(1_000)).await,
+    );
+    let failed = rounds(&c, prefix).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    heard_every_release(&hand_overs(&c, &holder, prefix).await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_requests_and_waits_after_the_data_nodes_closed_the_idle_connections() {
     let set = tokio::task::block_in_place(|| SentinelSet::start().unwrap());
-    for i in 0..set.nodes().len() {
-        close_idle(set.node(i));
+    for node in set.nodes() {
+        close_idle(node);
     }
-    let url = set.sentinel_url();
-    let (c, holder) = (
-        client_at(&url, ms(1_000)).await,
-        client_at(&url, ms(1_000)).await,
-    );
-    let failed = rounds(&c, "sentinel").await;
-    assert!(failed.is_empty(), "{failed:?}");
-    heard_every_release(&hand_overs(&c, &holder, "sentinel").await);
+    rounds_and_hand_overs(&set.sentinel_url(), "sentinel").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,12 +173,5 @@ async fn cluster_requests_and_waits_after_the_masters_closed_the_idle_connection
     for node in cluster.nodes() {
         close_idle(node);
     }
-    let url = cluster.seed_url();
-    let (c, holder) = (
-        client_at(&url, ms(1_000)).await,
-        client_at(&url, ms(1_000)).await,
-    );
-    let failed = rounds(&c, "cluster").await;
-    assert!(failed.is_empty(), "{failed:?}");
-    heard_every_release(&hand_overs(&c, &holder, "cluster").await);
+    rounds_and_hand_overs(&cluster.seed_url(), "cluster").await;
 }
